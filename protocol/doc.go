@@ -1,0 +1,14 @@
+// Package protocol is the wire contract between an RTE and the app: message types and their
+// validation, the protocol version, close codes, limits, fingerprints, the bundle chunk frame
+// and sealed secrets.
+//
+// Both halves import it, and an app in another repository may too, so it imports nothing of
+// this project and no third-party package. It does no I/O: it turns bytes into checked values
+// and values into bytes, and leaves sockets, files and retries to its callers.
+//
+// Version history (bump Version only for a change an older peer cannot ignore; new optional
+// keys are not a bump, since unknown keys are ignored):
+//
+//	1 (2026-12-02): first version: hello/welcome, jobs, bundles, records, capacity,
+//	  settings, connection checks, errors.
+package protocol

@@ -1,0 +1,63 @@
+package protocol
+
+import "time"
+
+// Version is the protocol number exchanged in hello and welcome.
+const Version = 1
+
+// Subprotocol is the WebSocket subprotocol every dialer asks for and every acceptor echoes.
+const Subprotocol = "rte.v1"
+
+// Paths and headers of PROTOCOL.md section 1.
+const (
+	SocketPath         = "/rte/v1/socket"     // inbound: the app dials the RTE here
+	OutboundSocketPath = "/api/v2/rte/socket" // outbound: the RTE dials the app here
+	RegisterPath       = "/api/v2/rte/register"
+
+	HeaderAppNode   = "X-App-Node"
+	HeaderRTEName   = "X-RTE-Name"
+	HeaderJoinToken = "X-RTE-Join-Token"
+)
+
+// Close codes. The 4xxx codes are this protocol's own; 1002 and 1008 are RFC 6455's.
+const (
+	CloseProtocolError     = 1002 // the dialer did not get the rte.v1 subprotocol back
+	ClosePolicyViolation   = 1008 // too many bad messages
+	CloseReplaced          = 4001 // a newer authenticated socket took this one's place
+	CloseRejected          = 4003 // an admin rejected the runner
+	CloseUnsupportedProtoV = 4400 // the peer speaks a protocol version this side does not
+)
+
+// Limits. A peer that exceeds one is answered with an error or closed, never trusted.
+const (
+	MaxMessageBytes = 16 << 20 // one text frame, one JSON message
+	MaxChunkPayload = 1 << 20  // payload of one binary bundle frame
+
+	// MaxBadMessages bad messages within BadMessageWindow close the socket with 1008.
+	MaxBadMessages   = 100
+	BadMessageWindow = time.Minute
+
+	// MinTokenLength is the shortest RTE_TOKEN accepted: shorter ones are guessable.
+	MinTokenLength = 16
+)
+
+// Keepalive defaults: each side pings every PingInterval; a socket on which nothing arrived
+// for DeadAfter is dead.
+const (
+	PingInterval = 15 * time.Second
+	DeadAfter    = 45 * time.Second
+)
+
+// Registration answers (PROTOCOL.md section 2).
+const (
+	StateApproved = "approved"
+	StatePending  = "pending"
+)
+
+// Modes and file modes as carried in hello.
+const (
+	ModeInbound   = "inbound"
+	ModeOutbound  = "outbound"
+	FilesTransfer = "transfer"
+	FilesLocal    = "local"
+)

@@ -1,0 +1,279 @@
+package protocol
+
+import (
+	"bytes"
+	"fmt"
+	"regexp"
+)
+
+var (
+	jobIDPattern  = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+	hashPattern   = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+	maxNameLength = 128
+)
+
+// ValidJobID reports whether id is 1 to 128 of [A-Za-z0-9._-]. Job ids become file names in
+// the spool and the job directory, so nothing else is let through.
+func ValidJobID(id string) bool { return jobIDPattern.MatchString(id) }
+
+// ValidHash reports whether h is "sha256:" and 64 lowercase hex digits.
+func ValidHash(h string) bool { return hashPattern.MatchString(h) }
+
+// FieldError names the field that broke the contract.
+type FieldError struct {
+	Field  string
+	Reason string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
+
+func fieldErr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+func checkJob(field, id string) error {
+	if !ValidJobID(id) {
+		return fieldErr(field, "%q is not 1 to 128 of [A-Za-z0-9._-]", clip(id, 64))
+	}
+	return nil
+}
+
+func checkHash(field, h string) error {
+	if !ValidHash(h) {
+		return fieldErr(field, "%q is not sha256: and 64 lowercase hex digits", clip(h, 80))
+	}
+	return nil
+}
+
+func checkOneOf(field, v string, allowed ...string) error {
+	for _, a := range allowed {
+		if v == a {
+			return nil
+		}
+	}
+	return fieldErr(field, "%q is not one of %v", clip(v, 64), allowed)
+}
+
+func checkName(field, v string) error {
+	if v == "" || len(v) > maxNameLength {
+		return fieldErr(field, "must be 1 to %d characters", maxNameLength)
+	}
+	return nil
+}
+
+func (m Hello) Validate() error {
+	if m.Protocol < 1 {
+		return fieldErr("protocol", "must be at least 1, got %d", m.Protocol)
+	}
+	if err := checkName("name", m.Name); err != nil {
+		return err
+	}
+	if err := checkOneOf("mode", m.Mode, ModeInbound, ModeOutbound); err != nil {
+		return err
+	}
+	if err := checkOneOf("files", m.Files, FilesTransfer, FilesLocal); err != nil {
+		return err
+	}
+	if m.MaxJobs < 0 {
+		return fieldErr("max_jobs", "must not be negative")
+	}
+	for i, j := range m.Running {
+		if err := checkJob(fmt.Sprintf("running[%d]", i), j); err != nil {
+			return err
+		}
+	}
+	for i, s := range m.Spooled {
+		if err := checkJob(fmt.Sprintf("spooled[%d].job", i), s.Job); err != nil {
+			return err
+		}
+		if s.LastSeq < 0 {
+			return fieldErr(fmt.Sprintf("spooled[%d].last_seq", i), "must not be negative")
+		}
+	}
+	return nil
+}
+
+func (m Welcome) Validate() error {
+	if m.Protocol < 1 {
+		return fieldErr("protocol", "must be at least 1, got %d", m.Protocol)
+	}
+	if m.MaxJobs < 0 {
+		return fieldErr("max_jobs", "must not be negative")
+	}
+	for job, seq := range m.Acked {
+		if err := checkJob("acked", job); err != nil {
+			return err
+		}
+		if seq < 0 {
+			return fieldErr("acked."+job, "must not be negative")
+		}
+	}
+	return nil
+}
+
+func (Approved) Validate() error { return nil }
+func (Rejected) Validate() error { return nil }
+
+func (m JobStart) Validate() error {
+	if err := checkJob("job", m.Job); err != nil {
+		return err
+	}
+	if m.Playbook == "" {
+		return fieldErr("playbook", "must not be empty")
+	}
+	if m.Files != nil {
+		if err := checkHash("files.playbooks.hash", m.Files.Playbooks.Hash); err != nil {
+			return err
+		}
+		if m.Files.Playbooks.Size < 0 {
+			return fieldErr("files.playbooks.size", "must not be negative")
+		}
+		for i, b := range m.Files.Inventories {
+			if err := checkHash(fmt.Sprintf("files.inventories[%d].hash", i), b.Hash); err != nil {
+				return err
+			}
+			if b.Size < 0 {
+				return fieldErr(fmt.Sprintf("files.inventories[%d].size", i), "must not be negative")
+			}
+		}
+	}
+	if len(m.Extravars) > 0 {
+		t := bytes.TrimSpace(m.Extravars)
+		if !bytes.Equal(t, []byte("null")) && (len(t) == 0 || t[0] != '{') {
+			return fieldErr("extravars", "must be a JSON object")
+		}
+	}
+	if m.Verbosity < 0 || m.Verbosity > 6 {
+		return fieldErr("verbosity", "must be 0 to 6, got %d", m.Verbosity)
+	}
+	if m.Forks < 0 {
+		return fieldErr("forks", "must not be negative")
+	}
+	if m.TimeoutS < 0 {
+		return fieldErr("timeout_s", "must not be negative")
+	}
+	for name := range m.Secrets {
+		if err := checkOneOf("secrets", name, "vault_password", "become_password"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m JobAccepted) Validate() error { return checkJob("job", m.Job) }
+
+func (m JobRefused) Validate() error {
+	if err := checkJob("job", m.Job); err != nil {
+		return err
+	}
+	return checkOneOf("code", m.Code, RefusedFull, RefusedDraining, RefusedNotApproved, RefusedInvalid, RefusedFilesTooLarge)
+}
+
+func (m JobCancel) Validate() error { return checkJob("job", m.Job) }
+
+func (m BundleWant) Validate() error {
+	if err := checkJob("job", m.Job); err != nil {
+		return err
+	}
+	for i, h := range m.Hashes {
+		if err := checkHash(fmt.Sprintf("hashes[%d]", i), h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m BundleEnd) Validate() error {
+	if err := checkHash("hash", m.Hash); err != nil {
+		return err
+	}
+	if m.Size < 0 {
+		return fieldErr("size", "must not be negative")
+	}
+	return nil
+}
+
+func (m BundleMissing) Validate() error { return checkHash("hash", m.Hash) }
+
+func (m Record) Validate() error {
+	if err := checkJob("job", m.Job); err != nil {
+		return err
+	}
+	if m.Seq < 1 {
+		return fieldErr("seq", "must be at least 1, got %d", m.Seq)
+	}
+	if err := checkOneOf("kind", m.Kind, KindStart, KindOutput, KindEvents, KindLog, KindEnd); err != nil {
+		return err
+	}
+	t := bytes.TrimSpace(m.Data)
+	if len(t) == 0 || t[0] != '{' {
+		return fieldErr("data", "must be a JSON object")
+	}
+	return nil
+}
+
+func (m Ack) Validate() error {
+	if err := checkJob("job", m.Job); err != nil {
+		return err
+	}
+	if m.Seq < 0 {
+		return fieldErr("seq", "must not be negative")
+	}
+	return nil
+}
+
+func (m Capacity) Validate() error {
+	if m.Running < 0 || m.MaxJobs < 0 {
+		return fieldErr("running", "running and max_jobs must not be negative")
+	}
+	return nil
+}
+
+func (m Settings) Validate() error {
+	if m.MaxJobs < 0 {
+		return fieldErr("max_jobs", "must not be negative")
+	}
+	return nil
+}
+
+func (m Check) Validate() error {
+	if err := checkName("id", m.ID); err != nil {
+		return err
+	}
+	if m.TimeoutMS < 0 {
+		return fieldErr("timeout_ms", "must not be negative")
+	}
+	for i, t := range m.Targets {
+		f := fmt.Sprintf("targets[%d]", i)
+		if t.Host == "" {
+			return fieldErr(f+".host", "must not be empty")
+		}
+		if t.Port < 0 || t.Port > 65535 {
+			return fieldErr(f+".port", "must be 0 to 65535, got %d", t.Port)
+		}
+		if err := checkOneOf(f+".transport", t.Transport, TransportSSH, TransportWinRM); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m CheckResult) Validate() error {
+	if err := checkName("id", m.ID); err != nil {
+		return err
+	}
+	for i, r := range m.Results {
+		if err := checkOneOf(fmt.Sprintf("results[%d].status", i), r.Status,
+			CheckConnected, CheckUnreachable, CheckAuthFailed, CheckHostKeyUnknown, CheckHostKeyMismatch, CheckTimeout); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m Error) Validate() error {
+	if m.Code == "" {
+		return fieldErr("code", "must not be empty")
+	}
+	return nil
+}
