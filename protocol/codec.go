@@ -63,14 +63,14 @@ func Decode(data []byte) (Message, error) {
 	if len(data) > MaxMessageBytes {
 		return nil, &DecodeError{Code: ErrTooLarge, Message: fmt.Sprintf("message is %d bytes, the limit is %d", len(data), MaxMessageBytes)}
 	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(data, &fields); err != nil || fields == nil {
+	top, ok := scanTop(data)
+	if !ok {
 		return nil, &DecodeError{Code: ErrBadJSON, Message: "not a JSON object: send one JSON object per text frame"}
 	}
-	ref := refOf(fields)
+	ref := top.ref()
 	var typ string
-	rawType, ok := fields["type"]
-	if !ok {
+	rawType, ok := top.get("type")
+	if !ok || bytes.Equal(rawType, []byte("null")) {
 		return nil, &DecodeError{Code: ErrMissingField, Message: "type: missing", Ref: ref}
 	}
 	if err := json.Unmarshal(rawType, &typ); err != nil {
@@ -81,35 +81,32 @@ func Decode(data []byte) (Message, error) {
 		return nil, &DecodeError{Code: ErrUnknownType, Message: fmt.Sprintf("type %q is not a protocol v%d message", clip(typ, 64), Version), Ref: ref}
 	}
 	for _, k := range s.required {
-		v, ok := fields[k]
+		v, ok := top.get(k)
 		if !ok || bytes.Equal(v, []byte("null")) {
 			return nil, &DecodeError{Code: ErrMissingField, Message: fmt.Sprintf("%s: %s is required", typ, k), Ref: ref, Type: typ}
 		}
 	}
-	m := s.new()
-	if err := json.Unmarshal(data, m); err != nil {
-		var te *json.UnmarshalTypeError
-		msg := err.Error()
-		if errors.As(err, &te) {
-			msg = fmt.Sprintf("%s: %s must be %s, not %s", typ, te.Field, te.Type, te.Value)
+	var m Message
+	if typ == TypeRecord {
+		if r, ok := decodeRecord(&top); ok {
+			m = r
 		}
-		return nil, &DecodeError{Code: ErrBadField, Message: clip(msg, 300), Ref: ref, Type: typ}
+	}
+	if m == nil {
+		m = s.new()
+		if err := json.Unmarshal(data, m); err != nil {
+			var te *json.UnmarshalTypeError
+			msg := err.Error()
+			if errors.As(err, &te) {
+				msg = fmt.Sprintf("%s: %s must be %s, not %s", typ, te.Field, te.Type, te.Value)
+			}
+			return nil, &DecodeError{Code: ErrBadField, Message: clip(msg, 300), Ref: ref, Type: typ}
+		}
 	}
 	if err := m.Validate(); err != nil {
 		return nil, &DecodeError{Code: ErrInvalid, Message: typ + ": " + err.Error(), Ref: ref, Type: typ}
 	}
 	return m, nil
-}
-
-// refOf picks the job or request id out of a message so an error can point at it.
-func refOf(fields map[string]json.RawMessage) string {
-	for _, k := range []string{"job", "id", "hash"} {
-		var s string
-		if raw, ok := fields[k]; ok && json.Unmarshal(raw, &s) == nil {
-			return clip(s, 128)
-		}
-	}
-	return ""
 }
 
 // Encode turns a message into one text frame with its "type" key first.

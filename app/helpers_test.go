@@ -1,0 +1,391 @@
+package app_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/rte-project/rte/app"
+	"github.com/rte-project/rte/protocol"
+)
+
+const (
+	testNode  = "app-1"
+	testToken = "rte-token-0123456789abcdef"
+	testJoin  = "join-token-0123456789abcdef"
+)
+
+// clock is the injectable Now of the tests: waiting 24 h costs nothing.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock { return &clock{t: time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// testCert is a self-signed certificate for 127.0.0.1, like the one an RTE generates.
+type testCert struct {
+	tls tls.Certificate
+	der []byte
+	pem string
+}
+
+func newCert(t testing.TB) testCert {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatalf("generate key: %v", err)
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 96))
+	if err != nil {
+		t.Fatalf("serial: %v", err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		t.Fatalf("create certificate: %v", err)
+	}
+	return testCert{
+		tls: tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key},
+		der: der,
+		pem: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
+	}
+}
+
+// testApp builds an App on a memory store with a clock and a log observer, and serves its
+// handler on a real socket.
+type testApp struct {
+	*app.App
+	store app.Store
+	clock *clock
+	logs  *observer.ObservedLogs
+	srv   *httptest.Server
+}
+
+func newTestApp(t testing.TB, edit func(*app.Config)) *testApp {
+	t.Helper()
+	core, logs := observer.New(zap.DebugLevel)
+	ta := &testApp{store: app.NewMemoryStore(), clock: newClock(), logs: logs}
+	cfg := app.Config{
+		Store:        ta.store,
+		Logger:       zap.New(core),
+		Node:         testNode,
+		JoinToken:    testJoin,
+		Now:          ta.clock.Now,
+		DialTimeout:  5 * time.Second,
+		HelloTimeout: 5 * time.Second,
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	a, err := app.New(cfg)
+	if err != nil {
+		t.Fatalf("app.New: %v", err)
+	}
+	ta.App = a
+	ta.srv = httptest.NewServer(a.Handler())
+	t.Cleanup(func() {
+		ta.srv.Close()
+		assertNoSecretLogged(t, logs, testToken, testJoin)
+	})
+	return ta
+}
+
+// post sends one registration as raw bytes and decodes the answer.
+func (ta *testApp) post(t testing.TB, body []byte) (int, protocol.RegisterResponse) {
+	t.Helper()
+	resp, err := ta.srv.Client().Post(ta.srv.URL+protocol.RegisterPath, "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("post registration: %v", err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read answer: %v", err)
+	}
+	var out protocol.RegisterResponse
+	if err := json.Unmarshal(data, &out); err != nil {
+		t.Fatalf("answer %d is not JSON: %q", resp.StatusCode, data)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("answer Content-Type = %q, want application/json", ct)
+	}
+	return resp.StatusCode, out
+}
+
+func (ta *testApp) register(t testing.TB, req protocol.RegisterRequest) (int, protocol.RegisterResponse) {
+	t.Helper()
+	body, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ta.post(t, body)
+}
+
+func (ta *testApp) runner(t testing.TB, name string) *app.Runner {
+	t.Helper()
+	r, err := ta.store.GetRunner(context.Background(), name)
+	if err != nil {
+		t.Fatalf("get runner %q: %v", name, err)
+	}
+	return r
+}
+
+// assertNoSecretLogged fails when any log line carries a secret, in its message or any field.
+func assertNoSecretLogged(t testing.TB, logs *observer.ObservedLogs, secrets ...string) {
+	t.Helper()
+	for _, e := range logs.All() {
+		text := e.Message + " " + fmt.Sprint(e.ContextMap())
+		for _, s := range secrets {
+			if strings.Contains(text, s) {
+				t.Errorf("log line %q carries a secret: %s", e.Message, text)
+			}
+		}
+	}
+}
+
+// fakeRTE is the RTE side of an inbound socket, just enough of it: it checks the bearer token
+// and X-App-Node before upgrading, echoes rte.v1, sends a hello, and records what the app sent.
+type fakeRTE struct {
+	addr   string
+	useTLS bool
+	token  string
+	hello  []byte // nil: send no hello
+
+	srv *http.Server
+	ln  net.Listener
+	wg  sync.WaitGroup
+
+	mu       sync.Mutex
+	requests []http.Header // every request that got past TLS
+	conns    []*websocket.Conn
+	upgrades chan struct{} // one per socket upgraded
+	frames   chan []byte   // text frames from the app
+	closes   chan int      // close codes the app sent
+}
+
+// startFakeRTE listens on addr ("127.0.0.1:0" for a fresh port); with cert nil it speaks
+// plain HTTP.
+func startFakeRTE(t testing.TB, addr string, cert *testCert, hello []byte) *fakeRTE {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen %s: %v", addr, err)
+	}
+	f := &fakeRTE{
+		addr:     ln.Addr().String(),
+		token:    testToken,
+		hello:    hello,
+		ln:       ln,
+		frames:   make(chan []byte, 64),
+		upgrades: make(chan struct{}, 8),
+		closes:   make(chan int, 4),
+	}
+	if cert != nil {
+		f.useTLS = true
+		f.ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert.tls}, MinVersion: tls.VersionTLS12})
+	}
+	f.srv = &http.Server{
+		Handler:           http.HandlerFunc(f.serve),
+		ReadHeaderTimeout: 5 * time.Second,
+		// A refused certificate shows up here as a handshake error: expected, not news.
+		ErrorLog: log.New(io.Discard, "", 0),
+	}
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		_ = f.srv.Serve(f.ln)
+	}()
+	t.Cleanup(f.Close)
+	return f
+}
+
+func (f *fakeRTE) url() string {
+	if f.useTLS {
+		return "https://" + f.addr
+	}
+	return "http://" + f.addr
+}
+
+func (f *fakeRTE) serve(w http.ResponseWriter, r *http.Request) {
+	// http.Server.Close does not wait for hijacked connections, so the fake counts its
+	// handlers itself.
+	f.wg.Add(1)
+	defer f.wg.Done()
+	f.mu.Lock()
+	f.requests = append(f.requests, r.Header.Clone())
+	f.mu.Unlock()
+	if r.URL.Path != protocol.SocketPath {
+		http.NotFound(w, r)
+		return
+	}
+	if r.Header.Get("Authorization") != "Bearer "+f.token {
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		return
+	}
+	if r.Header.Get(protocol.HeaderAppNode) != testNode {
+		http.Error(w, "X-App-Node missing", http.StatusBadRequest)
+		return
+	}
+	up := websocket.Upgrader{Subprotocols: []string{protocol.Subprotocol}}
+	ws, err := up.Upgrade(w, r, nil)
+	if err != nil {
+		return
+	}
+	f.mu.Lock()
+	f.conns = append(f.conns, ws)
+	f.mu.Unlock()
+	select {
+	case f.upgrades <- struct{}{}:
+	default:
+	}
+	defer ws.Close()
+	if f.hello != nil {
+		f.mu.Lock()
+		err := ws.WriteMessage(websocket.TextMessage, f.hello)
+		f.mu.Unlock()
+		if err != nil {
+			return
+		}
+	}
+	for {
+		kind, data, err := ws.ReadMessage()
+		if err != nil {
+			var ce *websocket.CloseError
+			if errors.As(err, &ce) {
+				select {
+				case f.closes <- ce.Code:
+				default:
+				}
+			}
+			return
+		}
+		if kind == websocket.TextMessage {
+			select {
+			case f.frames <- data:
+			default: // a test that stopped listening must not block the fake's shutdown
+			}
+		}
+	}
+}
+
+// send writes one text frame to the app on the newest socket.
+func (f *fakeRTE) send(t testing.TB, frame string) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.conns) == 0 {
+		t.Fatal("fake RTE has no socket to send on")
+	}
+	if err := f.conns[len(f.conns)-1].WriteMessage(websocket.TextMessage, []byte(frame)); err != nil {
+		t.Fatalf("fake RTE send: %v", err)
+	}
+}
+
+// seen returns the headers of every request that reached the RTE over HTTP.
+func (f *fakeRTE) seen() []http.Header {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]http.Header(nil), f.requests...)
+}
+
+// frame waits for the next text frame the app sent.
+func (f *fakeRTE) frame(t testing.TB) []byte {
+	t.Helper()
+	select {
+	case b := <-f.frames:
+		return b
+	case <-time.After(10 * time.Second):
+		t.Fatal("fake RTE got no frame from the app within 10s")
+		return nil
+	}
+}
+
+// closeCode waits for the close code the app sent.
+func (f *fakeRTE) closeCode(t testing.TB) int {
+	t.Helper()
+	select {
+	case c := <-f.closes:
+		return c
+	case <-time.After(10 * time.Second):
+		t.Fatal("fake RTE saw no close frame from the app within 10s")
+		return 0
+	}
+}
+
+// Close stops the listener and every socket, and waits for all of the fake's goroutines.
+func (f *fakeRTE) Close() {
+	_ = f.srv.Close()
+	f.mu.Lock()
+	for _, c := range f.conns {
+		_ = c.Close()
+	}
+	f.mu.Unlock()
+	f.wg.Wait()
+}
+
+func helloFrame(t testing.TB, protocolVersion int) []byte {
+	t.Helper()
+	b, err := json.Marshal(map[string]any{
+		"type": "hello", "protocol": protocolVersion, "name": "rte01", "version": "1.2.3",
+		"instance": "host1", "mode": "inbound", "files": "transfer", "max_jobs": 10,
+		"running": []string{}, "spooled": []any{}, "token_fingerprint": protocol.TokenFingerprint(testToken),
+		"ansible_version": "2.14.18",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func decodeFrame(t testing.TB, b []byte) protocol.Message {
+	t.Helper()
+	m, err := protocol.Decode(b)
+	if err != nil {
+		t.Fatalf("frame from the app %q does not decode: %v", b, err)
+	}
+	return m
+}

@@ -1,0 +1,66 @@
+package app
+
+import (
+	"bytes"
+	"time"
+)
+
+// State is where a runner stands with the admin.
+type State string
+
+const (
+	// StateWaiting: the runner asked to join, or its certificate changed, and an admin has not
+	// decided yet. The app never dials a waiting runner.
+	StateWaiting State = "waiting"
+	// StateApproved: an admin approved the runner (or the join token did), and the app dials it
+	// over the approved certificate.
+	StateApproved State = "approved"
+	// StateRejected: refused by an admin. Reject removes inbound runners outright, so this state
+	// is for halves that keep a record of the refusal (the outbound endpoint).
+	StateRejected State = "rejected"
+)
+
+// Runner is one RTE as the app knows it.
+type Runner struct {
+	Name  string
+	URL   string // inbound: where the app dials (the RTE's RTE_URL); empty for outbound runners
+	Mode  string // protocol.ModeInbound or protocol.ModeOutbound
+	Files string // protocol.FilesTransfer or protocol.FilesLocal, as the last hello said
+	State State
+
+	// Token is the runner's RTE_TOKEN: the app presents it when dialling, so it is a credential
+	// and must never be logged or shown; TokenFingerprint is what people compare.
+	Token            string
+	TokenFingerprint string
+
+	// Certificate is the DER of the approved certificate: the app dials only a runner that
+	// presents exactly these bytes. Nil for an http:// runner, or for a runner added by hand or
+	// seed that has not been dialled yet.
+	Certificate []byte
+	// PendingCertificate waits for an admin: from a first registration, a changed certificate,
+	// or the first certificate met when dialling a runner without a pin (trust on first use).
+	PendingCertificate []byte
+	// CertificateSHA256 is a full fingerprint given with a runner added by hand or seed (64 hex
+	// digits): the first certificate that matches it is pinned without asking an admin. Unused
+	// once Certificate is set.
+	CertificateSHA256 string
+
+	Version string
+	// MaxJobs is the runner page's override of RTE_MAX_JOBS, sent in welcome; 0 lets the RTE use
+	// its own setting. The max_jobs an RTE reports (registration, hello) is not stored here, or
+	// it would freeze the RTE's setting into an override.
+	MaxJobs int
+
+	RemoteAddr  string    // where the last registration came from
+	RequestedAt time.Time // the last registration, or when the certificate last became pending
+	ApprovedAt  time.Time // zero for a runner never approved
+	LastSeen    time.Time // the last successful handshake
+}
+
+// Clone returns a deep copy, so that a caller's changes never reach a store's copy.
+func (r *Runner) Clone() *Runner {
+	c := *r
+	c.Certificate = bytes.Clone(r.Certificate)
+	c.PendingCertificate = bytes.Clone(r.PendingCertificate)
+	return &c
+}

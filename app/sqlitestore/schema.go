@@ -1,0 +1,111 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+)
+
+// migrations[i] takes the schema from version i to version i+1. Append only: a released
+// migration never changes, since files out there have already run it.
+//
+// Times are TEXT in one fixed-width UTC layout (timeLayout), so they sort as text, hold any
+// time a JSON record can carry, and read back exactly; "" is the zero time.
+var migrations = [][]string{
+	{ // 1: runners, jobs, records
+		`CREATE TABLE runners (
+			name                TEXT PRIMARY KEY,
+			url                 TEXT NOT NULL,
+			mode                TEXT NOT NULL,
+			files               TEXT NOT NULL,
+			state               TEXT NOT NULL,
+			token               TEXT NOT NULL,
+			token_fingerprint   TEXT NOT NULL,
+			certificate         BLOB,
+			pending_certificate BLOB,
+			certificate_sha256  TEXT NOT NULL,
+			version             TEXT NOT NULL,
+			max_jobs            INTEGER NOT NULL,
+			remote_addr         TEXT NOT NULL,
+			requested_at        TEXT NOT NULL,
+			approved_at         TEXT NOT NULL,
+			last_seen           TEXT NOT NULL
+		)`,
+		// A job keeps its runner's name, not a foreign key: the history of a removed runner's
+		// jobs stays readable.
+		`CREATE TABLE jobs (
+			id               TEXT PRIMARY KEY,
+			runner           TEXT NOT NULL,
+			start            TEXT NOT NULL,
+			secret_names     TEXT NOT NULL,
+			state            TEXT NOT NULL,
+			cancel_requested INTEGER NOT NULL,
+			status           TEXT NOT NULL,
+			exit_code        INTEGER NOT NULL,
+			message          TEXT NOT NULL,
+			created_at       TEXT NOT NULL,
+			dispatched_at    TEXT NOT NULL,
+			started_at       TEXT NOT NULL,
+			ended_at         TEXT NOT NULL,
+			last_seq         INTEGER NOT NULL DEFAULT 0
+		)`,
+		`CREATE INDEX jobs_by_created ON jobs (created_at DESC, id DESC)`,
+		`CREATE INDEX jobs_by_state ON jobs (state, created_at DESC, id DESC)`,
+		`CREATE INDEX jobs_by_runner ON jobs (runner, state, created_at DESC, id DESC)`,
+		// A rowid table, not WITHOUT ROWID: rows carry up to megabytes of data, and a
+		// WITHOUT ROWID b-tree holds whole rows in its index pages.
+		`CREATE TABLE records (
+			job  TEXT NOT NULL,
+			seq  INTEGER NOT NULL,
+			kind TEXT NOT NULL,
+			at   TEXT NOT NULL,
+			data BLOB NOT NULL,
+			PRIMARY KEY (job, seq)
+		)`,
+	},
+}
+
+// schemaVersion is the schema this build writes.
+var schemaVersion = len(migrations)
+
+// migrate brings the file's schema to schemaVersion in one write transaction, so two
+// processes opening a new file at once cannot both create it.
+func (s *Store) migrate(ctx context.Context) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)`); err != nil {
+		return err
+	}
+	var v int
+	err = tx.QueryRowContext(ctx, `SELECT version FROM schema_version`).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		v = 0
+		_, err = tx.ExecContext(ctx, `INSERT INTO schema_version (version) VALUES (0)`)
+	}
+	if err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if v > schemaVersion {
+		return fmt.Errorf("the file's schema is version %d and this build knows up to %d: run a newer rte-app on it, or restore the file this build wrote", v, schemaVersion)
+	}
+	if v == schemaVersion {
+		return nil
+	}
+	for i := v; i < schemaVersion; i++ {
+		for _, stmt := range migrations[i] {
+			if _, err := tx.ExecContext(ctx, stmt); err != nil {
+				return fmt.Errorf("migrate schema to version %d: %w", i+1, err)
+			}
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE schema_version SET version = ?`, schemaVersion); err != nil {
+		return err
+	}
+	return tx.Commit()
+}

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/rte-project/rte/config"
+	"github.com/rte-project/rte/pinning"
+	"github.com/rte-project/rte/protocol"
+	"github.com/rte-project/rte/server"
+	"github.com/rte-project/rte/session"
+)
+
+func serve(ctx context.Context, environ []string, stderr io.Writer, sigs <-chan os.Signal) int {
+	s, ok := loadSettings(environ, stderr)
+	if !ok {
+		return exitSettings
+	}
+	logger, err := newLogger(s.LogLevel, s.LogFormat, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "rte: logger: %v\n", err)
+		return exitSettings
+	}
+	defer func() { _ = logger.Sync() }()
+	for _, w := range s.Warnings() {
+		logger.Warn(w)
+	}
+	if err := serveSettings(ctx, s, logger, sigs); err != nil {
+		logger.Error("rte stopped", zap.Error(err))
+		return exitFailure
+	}
+	logger.Info("rte stopped")
+	return exitOK
+}
+
+func newLogger(level, format string, w io.Writer) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, err
+	}
+	enc := zap.NewProductionEncoderConfig()
+	enc.TimeKey = "time"
+	enc.EncodeTime = zapcore.RFC3339NanoTimeEncoder
+	var encoder zapcore.Encoder
+	if format == "console" {
+		enc.EncodeLevel = zapcore.CapitalLevelEncoder
+		encoder = zapcore.NewConsoleEncoder(enc)
+	} else {
+		encoder = zapcore.NewJSONEncoder(enc)
+	}
+	core := zapcore.NewCore(encoder, zapcore.Lock(zapcore.AddSync(w)), lvl)
+	return zap.New(core, zap.ErrorOutput(zapcore.Lock(zapcore.AddSync(w)))), nil
+}
+
+// certificateHosts are the names the generated certificate covers: the host the app dials,
+// and the local names an operator uses for probes.
+func certificateHosts(s *config.Settings) []string {
+	hosts := []string{"localhost", "127.0.0.1", "::1", hostname()}
+	if u, err := url.Parse(s.RTEURL); err == nil && u.Hostname() != "" {
+		hosts = append([]string{u.Hostname()}, hosts...)
+	}
+	return hosts
+}
+
+// serveSettings runs the RTE until ctx is done or a signal stops it. The first signal drains:
+// /ready turns 503, then the listener and the socket close. A second signal stops at once.
+func serveSettings(ctx context.Context, s *config.Settings, logger *zap.Logger, sigs <-chan os.Signal) error {
+	ver := buildVersion()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	token := string(s.Token)
+	tokenFP := protocol.TokenFingerprint(token)
+	startFields := []zap.Field{
+		zap.String("name", s.Name), zap.String("mode", s.Mode), zap.String("version", ver),
+		zap.String("listen", s.ListenAddr()), zap.Bool("https", s.HTTPS),
+		zap.String("token_fingerprint", tokenFP),
+	}
+	var (
+		tlsConfig *tls.Config
+		identity  *pinning.Identity
+	)
+	if s.HTTPS {
+		id, err := pinning.LoadOrCreate(s.HTTPSCert, s.HTTPSKey, certificateHosts(s))
+		if err != nil {
+			return err
+		}
+		if id.Created {
+			logger.Info("generated a self-signed certificate", zap.String("cert", s.HTTPSCert), zap.String("key", s.HTTPSKey))
+		}
+		for _, w := range id.Warnings {
+			logger.Warn(w)
+		}
+		identity = id
+		startFields = append(startFields,
+			zap.String("certificate_fingerprint", id.Fingerprint()),
+			zap.String("certificate_sha256", id.SHA256()))
+		tlsConfig = &tls.Config{Certificates: []tls.Certificate{id.Certificate}, MinVersion: tls.VersionTLS12}
+	}
+	logger.Info("rte starting", startFields...)
+	// One line with every effective setting (secrets redacted), so a support case starts from
+	// what the RTE actually used rather than what the operator thinks was set.
+	eff := s.Effective()
+	settingFields := make([]zap.Field, 0, len(eff))
+	for _, e := range eff {
+		settingFields = append(settingFields, zap.String(e.Var, e.Value))
+	}
+	logger.Info("settings", settingFields...)
+
+	sessions := session.NewManager(session.Config{
+		Logger:   logger,
+		Registry: reg,
+		Hello: protocol.Hello{
+			Name: s.Name, Version: ver, Instance: hostname(), Mode: s.Mode, Files: s.Files,
+			MaxJobs: s.MaxJobs, TokenFingerprint: tokenFP,
+		},
+		PingInterval: s.PingInterval,
+		DeadAfter:    s.DeadAfter,
+	})
+
+	var (
+		mu      sync.Mutex
+		started bool
+	)
+	ready := func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if !started {
+			return errors.New("starting")
+		}
+		return nil
+	}
+	srvConfig := server.Config{
+		Token:        token,
+		MetricsToken: string(s.MetricsToken),
+		Logger:       logger,
+		Registry:     reg,
+		Version:      ver,
+		Ready:        ready,
+	}
+	if s.Mode == protocol.ModeInbound {
+		srvConfig.Sockets = sessions
+	}
+	srv, err := server.New(srvConfig)
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", s.ListenAddr())
+	if err != nil {
+		return fmt.Errorf("listen on %s (PORT, LISTEN_HOST): %w", s.ListenAddr(), err)
+	}
+	if tlsConfig != nil {
+		ln = tls.NewListener(ln, tlsConfig)
+	}
+
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	wg.Add(2)
+	go func() { defer wg.Done(); errs <- srv.Serve(runCtx, ln) }()
+	go func() { defer wg.Done(); errs <- sessions.Run(runCtx) }()
+
+	if s.Mode == protocol.ModeInbound && s.AppURL != "" {
+		client, err := appHTTPClient(s, logger)
+		if err != nil {
+			stop()
+			wg.Wait()
+			return err
+		}
+		req := protocol.RegisterRequest{
+			Name: s.Name, URL: s.RTEURL, Token: token, JoinToken: string(s.JoinToken),
+			Version: ver, MaxJobs: s.MaxJobs,
+		}
+		if identity != nil {
+			req.Certificate = string(identity.PEM)
+		}
+		r := &pinning.Registrar{
+			Client: client, AppURL: s.AppURL, Request: req,
+			Logger: logger.Named("register"), OnState: srv.SetRegistrationState,
+		}
+		wg.Add(1)
+		// Serving never waits for the registration: it runs beside it, and a refusal only logs.
+		go func() {
+			defer wg.Done()
+			// Run logs every answer itself, a refusal included; the RTE keeps serving either way.
+			_ = r.Run(runCtx)
+		}()
+	}
+
+	mu.Lock()
+	started = true
+	mu.Unlock()
+
+	var runErr error
+	select {
+	case sig := <-sigs:
+		logger.Info("stopping", zap.String("signal", sig.String()))
+		srv.SetDraining()
+	case <-ctx.Done():
+	case runErr = <-errs:
+	}
+	stop()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case sig := <-sigs:
+		logger.Warn("second signal: exiting at once", zap.String("signal", sig.String()))
+	case <-time.After(30 * time.Second):
+		logger.Error("shutdown took longer than 30s; exiting")
+	}
+	return runErr
+}

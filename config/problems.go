@@ -1,0 +1,43 @@
+package config
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Problem is one bad setting: the variable and a message saying what is wrong and what to do.
+// Messages never contain a secret value and are a single line.
+type Problem struct {
+	Var     string
+	Message string
+}
+
+func (p Problem) String() string { return p.Var + ": " + p.Message }
+
+// Problems is every bad setting found by Load, so that the operator fixes them in one round.
+type Problems struct {
+	List []Problem
+}
+
+// Error gives one problem per line, as "VAR: message".
+func (p *Problems) Error() string {
+	lines := make([]string, len(p.List))
+	for i, pr := range p.List {
+		lines[i] = pr.String()
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (p *Problems) add(variable, format string, args ...any) {
+	p.List = append(p.List, Problem{Var: variable, Message: fmt.Sprintf(format, args...)})
+}
+
+// quote shows an operator's value inside a message: quoted, so that stray spaces and
+// carriage returns are visible, and bounded, so that one huge value does not drown the rest.
+func quote(v string) string {
+	const max = 64
+	if len(v) > max {
+		v = v[:max] + "..."
+	}
+	return fmt.Sprintf("%q", v)
+}

@@ -1,0 +1,26 @@
+// Package jobs runs playbooks: one ansible-playbook process group per job, its output and
+// structured events batched into numbered records, capacity, cancel, timeouts, drain and
+// sealed secrets (PROTOCOL.md sections 5, 7 and 8).
+//
+// A Manager owns every job it accepts and the goroutines that run them. For each job it makes a
+// private directory (WorkDir/<job>, mode 0700), lets a Preparer put the playbooks and inventories
+// in place, writes extravars and opened secrets to 0600 files there, and starts ansible-playbook
+// in its own process group with an environment built only from Config.BaseEnv, the job's env,
+// a few fixed Ansible settings and the af_events plugin wiring (package afevents). Stdout and
+// stderr share one pipe, so their order is kept; events arrive on a second pipe, fd 3. Every
+// record goes through Recorder.Append, in order: start first, end last, and nothing after end.
+// Secret values are masked before a record is appended, so they never reach the spool.
+//
+// The job directory is removed when the job ends, whatever the end; nothing of a job's process
+// group outlives the job.
+//
+// It refuses to: start a job twice (a repeated job.start is accepted and ignored while the job
+// runs or has records in the Recorder), take jobs while draining or while the Recorder reports
+// itself unhealthy, let a job's env override the plugin wiring, resolve a local path outside its
+// root, or pass anything of the RTE's own environment (RTE_TOKEN, METRICS_TOKEN, ...) to
+// ansible. It knows nothing about sockets: the session reads records from the spool.
+//
+// The Manager assumes it is not PID 1 in its container, or that PID 1 reaps orphans: the
+// workers of a killed ansible-playbook are reparented to PID 1, and a PID 1 that never waits
+// for them collects zombies (run the RTE under tini, docker's --init, or compose's init: true).
+package jobs

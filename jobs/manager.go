@@ -1,0 +1,411 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"sort"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/rte-project/rte/jobs/afevents"
+	"github.com/rte-project/rte/protocol"
+)
+
+// Recorder is where records go: the spool satisfies it. Append assigns seq and returns once
+// the record is durable. Append may keep data: the Manager never reuses a slice it passed.
+type Recorder interface {
+	Append(job, kind string, data json.RawMessage) (protocol.Record, error)
+	// Has reports whether the job has records in the spool (running, or ended and not yet acked).
+	Has(job string) bool
+}
+
+// Defaults of Config.
+const (
+	DefaultAnsiblePlaybook = "ansible-playbook"
+	DefaultKillGrace       = 10 * time.Second
+	DefaultBatchBytes      = 64 << 10
+	DefaultBatchInterval   = 100 * time.Millisecond
+
+	// minBatchBytes keeps a batch able to hold any rune and any escaped secret.
+	minBatchBytes = 1 << 10
+)
+
+// Config is what a Manager needs. Recorder, Files, Token, WorkDir and PluginDir are required.
+type Config struct {
+	Logger   *zap.Logger
+	Recorder Recorder
+	Files    Preparer
+	// Token is RTE_TOKEN: it opens sealed secrets (protocol.OpenSecret).
+	Token string
+	// WorkDir holds job directories WorkDir/<job>, 0700, removed when the job ends. It is made
+	// (0700) if missing.
+	WorkDir string
+	// PluginDir is the directory afevents.Install returned.
+	PluginDir string
+	// AnsiblePlaybook is the binary to run, looked up in PATH when it has no slash; default
+	// "ansible-playbook".
+	AnsiblePlaybook string
+	// MaxJobs is RTE_MAX_JOBS: jobs at once; 0 means no limit.
+	MaxJobs int
+	// MaxOutputBytes is PROCESS_MAX_BUFFER: stdout and stderr bytes kept per job; the rest is
+	// read and discarded. 0 means no limit.
+	MaxOutputBytes int64
+	// KillGrace is how long a process group has between SIGTERM and SIGKILL; default 10s.
+	KillGrace time.Duration
+	// Instance is the hostname, reported in each start record.
+	Instance string
+	// BaseEnv is the whole environment ansible starts from (the caller builds it from an
+	// allowlist); nothing else of the RTE's environment reaches ansible.
+	BaseEnv []string
+	// BatchBytes bounds an output or events record; default 64 KiB, at least 1 KiB.
+	BatchBytes int
+	// BatchInterval is the longest a byte waits in a batch before it is appended; default 100ms.
+	BatchInterval time.Duration
+	// Healthy reports the spool's health; while it returns an error, new jobs are refused.
+	// Optional.
+	Healthy func() error
+}
+
+// Refusal is why Start did not take a job; it is what job.refused carries.
+type Refusal struct {
+	Code    string // one of protocol.Refused*
+	Message string
+}
+
+func (r *Refusal) Error() string { return "job refused (" + r.Code + "): " + r.Message }
+
+func refuse(code, format string, args ...any) *Refusal {
+	return &Refusal{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Causes of a job's context: they decide the end status of a job whose process was signaled.
+var (
+	errCanceled  = errors.New("canceled by the app (job.cancel)")
+	errTimeout   = errors.New("timeout")
+	errAbandoned = errors.New("the RTE drained and RTE_DRAIN_SECONDS ran out")
+)
+
+// Manager runs jobs. It is safe for concurrent use.
+type Manager struct {
+	cfg      Config
+	log      *zap.Logger
+	binary   string   // cfg.AnsiblePlaybook resolved to a path
+	reserved []string // env keys a job may not set
+	changed  chan struct{}
+
+	wg sync.WaitGroup // one per job goroutine
+
+	mu       sync.Mutex
+	jobs     map[string]*job
+	maxJobs  int // the app's settings value; 0 means cfg.MaxJobs
+	draining bool
+}
+
+// job is what the Manager keeps of an accepted job until its end is recorded.
+type job struct {
+	id      string
+	js      *protocol.JobStart
+	secrets map[string]string // name -> opened value
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	done    chan struct{} // closed once the end is recorded and the directory removed
+}
+
+// New checks cfg, fills in defaults, makes WorkDir and finds the ansible-playbook binary.
+func New(cfg Config) (*Manager, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	var problems []error
+	if cfg.Recorder == nil {
+		problems = append(problems, errors.New("jobs: Recorder is required"))
+	}
+	if cfg.Files == nil {
+		problems = append(problems, errors.New("jobs: Files is required (LocalFiles for RTE_FILES=local)"))
+	}
+	if cfg.Token == "" {
+		problems = append(problems, errors.New("jobs: Token (RTE_TOKEN) is required to open sealed secrets"))
+	}
+	if cfg.WorkDir == "" {
+		problems = append(problems, errors.New("jobs: WorkDir is required"))
+	}
+	if cfg.PluginDir == "" {
+		problems = append(problems, errors.New("jobs: PluginDir is required: install the af_events plugin with afevents.Install"))
+	}
+	if cfg.MaxJobs < 0 {
+		problems = append(problems, fmt.Errorf("jobs: MaxJobs (RTE_MAX_JOBS) must not be negative, got %d", cfg.MaxJobs))
+	}
+	if cfg.MaxOutputBytes < 0 {
+		problems = append(problems, fmt.Errorf("jobs: MaxOutputBytes (PROCESS_MAX_BUFFER) must not be negative, got %d", cfg.MaxOutputBytes))
+	}
+	if cfg.BatchBytes == 0 {
+		cfg.BatchBytes = DefaultBatchBytes
+	}
+	if cfg.BatchBytes < minBatchBytes {
+		problems = append(problems, fmt.Errorf("jobs: BatchBytes must be at least %d, got %d", minBatchBytes, cfg.BatchBytes))
+	}
+	if cfg.BatchInterval <= 0 {
+		cfg.BatchInterval = DefaultBatchInterval
+	}
+	if cfg.KillGrace <= 0 {
+		cfg.KillGrace = DefaultKillGrace
+	}
+	if cfg.AnsiblePlaybook == "" {
+		cfg.AnsiblePlaybook = DefaultAnsiblePlaybook
+	}
+	binary, err := exec.LookPath(cfg.AnsiblePlaybook)
+	if err != nil {
+		problems = append(problems, fmt.Errorf("jobs: find %s: %w (install ansible-core)", cfg.AnsiblePlaybook, err))
+	}
+	if len(problems) > 0 {
+		return nil, errors.Join(problems...)
+	}
+	if err := os.MkdirAll(cfg.WorkDir, 0o700); err != nil {
+		return nil, fmt.Errorf("jobs: make work directory %s: %w", cfg.WorkDir, err)
+	}
+	m := &Manager{
+		cfg:      cfg,
+		log:      cfg.Logger.Named("jobs"),
+		binary:   binary,
+		reserved: reservedEnv(cfg.PluginDir),
+		changed:  make(chan struct{}, 1),
+		jobs:     make(map[string]*job),
+	}
+	return m, nil
+}
+
+// reservedEnv lists the env keys a job may not set: the plugin wiring, and the local temp
+// directory that keeps ansible's files inside the job directory.
+func reservedEnv(pluginDir string) []string {
+	keys := []string{"ANSIBLE_LOCAL_TEMP", "ANSIBLE_CALLBACK_WHITELIST", "ANSIBLE_CALLBACKS_ENABLED", "ANSIBLE_CALLBACK_PLUGINS", afevents.EnvFD}
+	for _, kv := range afevents.Env(pluginDir, eventsFD) {
+		if k, _, ok := splitEnv(kv); ok {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// Start validates and launches a job and returns at once. It returns nil when the job is
+// accepted, also for a job the RTE already has (running, or with records in the Recorder):
+// such a job is never started twice. Otherwise it returns a *Refusal: full (RTE_MAX_JOBS
+// reached, or the spool unhealthy), draining, or invalid (bad paths, env, or secrets that do
+// not open, or anything the Preparer's Validate refuses).
+func (m *Manager) Start(js *protocol.JobStart) error {
+	if js == nil {
+		return refuse(protocol.RefusedInvalid, "no job.start given")
+	}
+	if err := js.Validate(); err != nil {
+		return refuse(protocol.RefusedInvalid, "%v", err)
+	}
+	if m.known(js.Job) {
+		return nil
+	}
+	secrets, err := m.check(js)
+	if err != nil {
+		return err
+	}
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.jobs[js.Job] != nil || m.cfg.Recorder.Has(js.Job) {
+		return nil
+	}
+	if m.draining {
+		return refuse(protocol.RefusedDraining, "the RTE is draining and takes no new jobs; send the job to another runner")
+	}
+	if m.cfg.Healthy != nil {
+		if err := m.cfg.Healthy(); err != nil {
+			return refuse(protocol.RefusedFull, "the RTE's spool is unhealthy, so it takes no new jobs until that is fixed: %v", err)
+		}
+	}
+	if limit := m.maxLocked(); limit > 0 && len(m.jobs) >= limit {
+		return refuse(protocol.RefusedFull, "%d of %d jobs running (RTE_MAX_JOBS or the runner page's value)", len(m.jobs), limit)
+	}
+
+	ctx, cancel := context.WithCancelCause(context.Background())
+	j := &job{id: js.Job, js: js, secrets: secrets, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	if js.TimeoutS > 0 {
+		var stop context.CancelFunc
+		j.ctx, stop = context.WithTimeoutCause(ctx, time.Duration(js.TimeoutS)*time.Second, errTimeout)
+		j.cancel = func(cause error) { cancel(cause); stop() }
+	}
+	m.jobs[js.Job] = j
+	m.wg.Add(1)
+	go m.run(j)
+	m.notify()
+	m.log.Info("job accepted", zap.String("job", js.Job), zap.String("playbook", js.Playbook))
+	return nil
+}
+
+// known reports whether the job runs here or has records in the Recorder.
+func (m *Manager) known(id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.jobs[id] != nil || m.cfg.Recorder.Has(id)
+}
+
+// check does every validation that needs no lock: env, tags, secrets, and the Preparer's own.
+func (m *Manager) check(js *protocol.JobStart) (map[string]string, error) {
+	if err := checkEnv(js.Env, m.reserved); err != nil {
+		return nil, refuse(protocol.RefusedInvalid, "%v", err)
+	}
+	if err := checkTags(js); err != nil {
+		return nil, refuse(protocol.RefusedInvalid, "%v", err)
+	}
+	if v, ok := m.cfg.Files.(Validator); ok {
+		if err := v.Validate(js); err != nil {
+			var r *Refusal
+			if errors.As(err, &r) {
+				return nil, r
+			}
+			return nil, refuse(protocol.RefusedInvalid, "%v", err)
+		}
+	}
+	secrets := make(map[string]string, len(js.Secrets))
+	for name, sealed := range js.Secrets {
+		plain, err := protocol.OpenSecret(m.cfg.Token, js.Job, sealed)
+		if err != nil {
+			return nil, refuse(protocol.RefusedInvalid, "secrets.%s: %v", name, err)
+		}
+		secrets[name] = plain
+	}
+	return secrets, nil
+}
+
+// Cancel signals the job's process group (SIGTERM, then SIGKILL after KillGrace); the job ends
+// "canceled". It reports whether the job runs here. It does not wait.
+func (m *Manager) Cancel(job string) bool {
+	m.mu.Lock()
+	j := m.jobs[job]
+	m.mu.Unlock()
+	if j == nil {
+		return false
+	}
+	j.cancel(errCanceled)
+	return true
+}
+
+// SetMaxJobs applies the app's settings message; 0 means use Config.MaxJobs. Running jobs are
+// never stopped: a lower value only refuses new jobs until enough have ended.
+func (m *Manager) SetMaxJobs(n int) {
+	if n < 0 {
+		n = 0
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.maxJobs != n {
+		m.maxJobs = n
+		m.notify()
+	}
+}
+
+func (m *Manager) maxLocked() int {
+	if m.maxJobs > 0 {
+		return m.maxJobs
+	}
+	return m.cfg.MaxJobs
+}
+
+// Capacity reports running jobs, the limit in force (0 = none) and whether the RTE drains.
+func (m *Manager) Capacity() protocol.Capacity {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return protocol.Capacity{Running: len(m.jobs), MaxJobs: m.maxLocked(), Draining: m.draining}
+}
+
+// Running lists the jobs accepted and not yet ended, sorted.
+func (m *Manager) Running() []string {
+	m.mu.Lock()
+	ids := make([]string, 0, len(m.jobs))
+	for id := range m.jobs {
+		ids = append(ids, id)
+	}
+	m.mu.Unlock()
+	sort.Strings(ids)
+	return ids
+}
+
+// Changed receives a value after any change of Capacity. Signals coalesce: one receive may
+// stand for several changes, so read Capacity after it.
+func (m *Manager) Changed() <-chan struct{} { return m.changed }
+
+func (m *Manager) notify() {
+	select {
+	case m.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Drain stops taking jobs (Start refuses "draining"), waits up to grace for running jobs to
+// end, then stops the process groups of the rest (SIGTERM, SIGKILL after KillGrace), which end
+// "abandoned". It returns nil once every job has its end recorded, or ctx's error if ctx ends
+// first (the jobs still end on their own).
+func (m *Manager) Drain(ctx context.Context, grace time.Duration) error {
+	m.mu.Lock()
+	if !m.draining {
+		m.draining = true
+		m.notify()
+	}
+	jobs := make([]*job, 0, len(m.jobs))
+	for _, j := range m.jobs {
+		jobs = append(jobs, j)
+	}
+	m.mu.Unlock()
+	if len(jobs) == 0 {
+		return nil
+	}
+	m.log.Info("draining", zap.Int("running", len(jobs)), zap.Duration("grace", grace))
+
+	t := time.NewTimer(grace)
+	defer t.Stop()
+waitGrace:
+	for _, j := range jobs {
+		select {
+		case <-j.done:
+		case <-t.C:
+			break waitGrace
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	for _, j := range jobs {
+		select {
+		case <-j.done:
+		default:
+			m.log.Warn("drain time ran out; stopping the job", zap.String("job", j.id))
+			j.cancel(errAbandoned)
+		}
+	}
+	for _, j := range jobs {
+		select {
+		case <-j.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// Wait blocks until every job goroutine has returned. It does not stop jobs: call Drain first.
+func (m *Manager) Wait() { m.wg.Wait() }
+
+// run is a job's goroutine: it runs the job, records its end, and forgets it.
+func (m *Manager) run(j *job) {
+	defer m.wg.Done()
+	defer j.cancel(nil) // releases the timeout's timer
+	r := newRunner(m, j)
+	r.execute()
+
+	m.mu.Lock()
+	delete(m.jobs, j.id)
+	m.notify()
+	m.mu.Unlock()
+	close(j.done)
+}

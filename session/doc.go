@@ -1,0 +1,20 @@
+// Package session owns the life of the RTE's one socket to the app, whoever dialled it
+// (PROTOCOL.md sections 4, 5, 7 and 8): the hello/welcome handshake, the approval state, the
+// resend of every unacknowledged spooled record after each (re)connect, the stream of new
+// records as the spool grows, acks back into the spool, job.start/cancel and settings handed to
+// the jobs side, and capacity reports. The inbound server (Manager.Accept) and the outbound
+// dialer (Manager.Serve) hand their sockets to the same Manager.
+//
+// The RTE holds one socket at a time. A newer socket replaces the older one, which is closed
+// with 4001 "replaced"; the newer one starts again from what the app acknowledged, so a dropped
+// or replaced socket loses nothing, and the app drops duplicates by (job, seq).
+//
+// What it refuses to do:
+//   - Write to a socket except through its socket.Conn: one writer per WebSocket.
+//   - Treat a bad message as fatal. It is answered with an error message and counted; only the
+//     socket package's budget (100 a minute) closes the socket, with 1008.
+//   - Start a job before the app's welcome, or while the app has not approved this runner.
+//   - Keep records in memory. It reads them from the Outbox (the spool) when it sends them and
+//     forgets them once they are written; the spool alone decides what is still unacked.
+//   - Dial, redial or listen. Whoever made the socket owns that.
+package session
