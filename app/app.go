@@ -75,8 +75,8 @@ type Config struct {
 	RedialMax    time.Duration // DefaultRedialMax when 0
 }
 
-// App is the app half of protocol v1 for inbound runners: registration, approval and pinned
-// dialling. Its methods are safe for concurrent use.
+// App is the app half of protocol v1 for inbound runners: registration, approval, pinned
+// dialling, job dispatch and record storage. Its methods are safe for concurrent use.
 type App struct {
 	cfg Config
 	log *zap.Logger

@@ -19,8 +19,10 @@ import (
 
 // Connect dials an approved inbound runner at its URL, over its approved certificate, and does
 // the app's half of the handshake: it reads the runner's hello (waiting at most HelloTimeout),
-// closes with 4400 when the runner speaks another protocol version, and answers with welcome.
-// It blocks until then and starts no goroutine; the caller runs the returned Peer.
+// closes with 4400 when the runner speaks another protocol version, and answers with welcome,
+// whose acked gives, for each job the hello lists as spooled, the highest seq the store holds
+// with every seq before it. It blocks until then and starts no goroutine; the caller runs the
+// returned Peer (Run does all of this itself).
 //
 // The certificate is checked inside the TLS handshake, before the token is sent. A runner that
 // presents another certificate than the approved one is never dialled again silently: Connect

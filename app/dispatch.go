@@ -174,7 +174,7 @@ func (a *App) Run(ctx context.Context) error {
 }
 
 // syncDialers starts a dialer for each approved inbound runner that has none, and stops the
-// dialer of a runner that is gone, no longer approved, or changed its address or credentials.
+// dialer of a runner that is gone, no longer approved, or changed its address or token.
 func (a *App) syncDialers(ctx context.Context, wg *sync.WaitGroup, dialers map[string]*dialer) {
 	if ctx.Err() != nil {
 		return
@@ -187,7 +187,9 @@ func (a *App) syncDialers(ctx context.Context, wg *sync.WaitGroup, dialers map[s
 	want := map[string]string{}
 	for _, r := range runners {
 		if r.State == StateApproved && r.Mode == protocol.ModeInbound && r.URL != "" {
-			want[r.Name] = r.URL + " " + r.TokenFingerprint + " " + fingerprintOrEmpty(r.Certificate)
+			// Not the certificate: pinning one on the first dial must not cut that socket, and a
+			// runner with a new certificate has restarted, so its old socket is gone anyway.
+			want[r.Name] = r.URL + " " + r.TokenFingerprint
 		}
 	}
 	for name, d := range dialers {
@@ -230,7 +232,8 @@ func (a *App) keepConnected(ctx context.Context, name string) {
 			if ctx.Err() != nil {
 				return
 			}
-			if r, gerr := a.cfg.Store.GetRunner(ctx, name); gerr != nil || r.State != StateApproved {
+			r, gerr := a.cfg.Store.GetRunner(ctx, name)
+			if errors.Is(gerr, ErrNotFound) || (gerr == nil && r.State != StateApproved) {
 				log.Warn("runner not dialled any more: it is no longer approved", zap.Error(err))
 				return
 			}
@@ -307,6 +310,9 @@ func (a *App) serve(ctx context.Context, peer *Peer) error {
 	}()
 
 	if err := a.reconcile(ctx, lv); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		a.log.Error("runner connected, but the app could not check its jobs against the runner's; closing the socket to try again",
 			zap.String("runner", peer.Runner), zap.Error(err))
 		peer.Conn.Close(websocket.CloseInternalServerErr, "app could not read its jobs")
@@ -318,7 +324,7 @@ func (a *App) serve(ctx context.Context, peer *Peer) error {
 		a.dispatchLoop(ctx, lv)
 	}()
 	lv.poke()
-	if err := a.handle(ctx, lv, in, budget); err != nil {
+	if err := a.handle(ctx, lv, in, budget); err != nil && ctx.Err() == nil {
 		a.log.Error("closing the runner's socket: the app could not store what the runner sent; the runner resends it after the reconnect",
 			zap.String("runner", peer.Runner), zap.Error(err))
 		peer.Conn.Close(websocket.CloseInternalServerErr, "app could not store records")
@@ -479,6 +485,9 @@ func (a *App) dispatch(ctx context.Context, lv *live) error {
 		free, why := lv.freeSlots(running, dispatched)
 		if free <= 0 {
 			for _, w := range queued[i:] {
+				if w.Message == waitingPrefix+why {
+					continue // a long queue costs no writes while nothing changes
+				}
 				if err := a.noteWaiting(ctx, w.ID, why); err != nil {
 					return err
 				}

@@ -1,12 +1,22 @@
 // Package app is the app half of RTE protocol v1, for the reference app and for any Go app that
-// runs playbooks on RTEs: runner registration and approval, and pinned dialling of inbound RTEs
-// with the handshake (PROTOCOL.md sections 2 to 4).
+// runs playbooks on RTEs: runner registration and approval, pinned dialling of inbound RTEs with
+// the handshake, job dispatch, and exactly-once storage of every job's records (PROTOCOL.md
+// sections 2 to 5, 7 and 8).
 //
 // Registration (Handler, POST /api/v2/rte/register) is open to anyone who reaches the app, so
 // it only ever records requests: a runner is approved by an admin (Approve) or by the app's join
 // token, and at most MaxWaiting requests wait, each for at most WaitingTTL. Connect dials an
 // approved runner and trusts exactly the certificate that was approved; the comparison happens
 // in the TLS handshake (package pinning), before the runner's token is sent.
+//
+// Run keeps one socket to each approved inbound runner. Submit queues a job; the runner's
+// dispatcher sends it when the runner has a free slot, and a job that waits longer than
+// QueueTimeout ends with status error saying why. Records are stored in batches, each batch in
+// one Store transaction that keeps every (job, seq) once, and the cumulative ack goes out only
+// after that transaction returned, so an acked record is durable and none is stored twice. The
+// welcome of every socket carries, per spooled job, the seq the store holds, so the runner
+// resends only what is missing. Store is the interface a backend implements: NewMemoryStore
+// here, and package sqlitestore on a file.
 //
 // What it refuses to do:
 //   - Accept a changed certificate silently. A registration or a dial that meets a certificate
@@ -15,10 +25,14 @@
 //   - Let a caller without the runner's token change an approved runner. A registration with
 //     another token is refused and changes nothing, so nobody can knock an approved runner
 //     offline or plant a token of their own by registering under its name.
-//   - Log a token. Only its short fingerprint is logged or answered.
-//   - Decide what a job is. Dispatch, bundles and record storage sit above Peer, which hands
-//     out checked messages and answers bad ones.
+//   - Log or store a token's or a secret's value. Only a token's short fingerprint is logged;
+//     a job's secrets live in memory until the runner has the job, sealed per dispatch with
+//     the runner's token, and a restart before that ends the job instead of sending it bare.
+//   - Ack a record before it is stored, or store a record of a job it did not give that runner.
+//   - Start a job twice. A job.start that may have been lost is sent again only for a job the
+//     runner does not hold, and the RTE answers a repeat with job.accepted without running it.
 //
-// The App serialises its own changes to a runner with one mutex; several app nodes sharing one
-// store need the store to serialise them instead.
+// The App serialises its own changes to runners and to jobs with a mutex each; several app
+// nodes sharing one store need the store to serialise them instead, and a job's secrets are
+// only in the memory of the node it was submitted to.
 package app

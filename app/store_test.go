@@ -20,23 +20,28 @@ import (
 // storeImpls is every app.Store the project ships; each must pass the same suite.
 var storeImpls = []struct {
 	name string
-	open func(t *testing.T) app.Store
+	// open returns a fresh, empty store and the directory of its files ("" in memory).
+	open func(t *testing.T) (app.Store, string)
 }{
-	{"memory", func(*testing.T) app.Store { return app.NewMemoryStore() }},
-	{"sqlite", func(t *testing.T) app.Store {
-		s, err := sqlitestore.Open(filepath.Join(t.TempDir(), "app.db"))
+	{"memory", func(*testing.T) (app.Store, string) { return app.NewMemoryStore(), "" }},
+	{"sqlite", func(t *testing.T) (app.Store, string) {
+		dir := t.TempDir()
+		s, err := sqlitestore.Open(filepath.Join(dir, "app.db"))
 		if err != nil {
 			t.Fatalf("open sqlite store: %v", err)
 		}
 		t.Cleanup(func() { _ = s.Close() })
-		return s
+		return s, dir
 	}},
 }
 
 // forEachStore runs test once per store implementation.
 func forEachStore(t *testing.T, test func(t *testing.T, s app.Store)) {
 	for _, impl := range storeImpls {
-		t.Run(impl.name, func(t *testing.T) { test(t, impl.open(t)) })
+		t.Run(impl.name, func(t *testing.T) {
+			s, _ := impl.open(t)
+			test(t, s)
+		})
 	}
 }
 

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -131,11 +132,17 @@ func TestProbesAndSignal(t *testing.T) {
 // dialRTE opens the socket as the app would, without pinning (plain ws:// here).
 func dialRTE(t *testing.T, p *rteProc, token string) *websocket.Conn {
 	t.Helper()
-	d := websocket.Dialer{Subprotocols: []string{protocol.Subprotocol}, HandshakeTimeout: 10 * time.Second}
+	d := websocket.Dialer{Subprotocols: []string{protocol.Subprotocol}, HandshakeTimeout: 10 * time.Second,
+		// A raw peer in a test: pinning is tested with the real dialer elsewhere.
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
+	scheme := "ws"
+	if p.TLS {
+		scheme = "wss"
+	}
 	h := http.Header{}
 	h.Set("Authorization", "Bearer "+token)
 	h.Set(protocol.HeaderAppNode, "test-node")
-	ws, resp, err := d.Dial(fmt.Sprintf("ws://127.0.0.1:%d%s", p.Port, protocol.SocketPath), h)
+	ws, resp, err := d.Dial(fmt.Sprintf("%s://127.0.0.1:%d%s", scheme, p.Port, protocol.SocketPath), h)
 	if err != nil {
 		status := 0
 		if resp != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"sync"
 	"time"
@@ -79,6 +80,9 @@ type Refusal struct {
 }
 
 func (r *Refusal) Error() string { return "job refused (" + r.Code + "): " + r.Message }
+
+// RefusalCode is the job.refused code, for callers that see only an error (the session).
+func (r *Refusal) RefusalCode() string { return r.Code }
 
 func refuse(code, format string, args ...any) *Refusal {
 	return &Refusal{Code: code, Message: fmt.Sprintf(format, args...)}
@@ -166,6 +170,15 @@ func New(cfg Config) (*Manager, error) {
 	if len(problems) > 0 {
 		return nil, errors.Join(problems...)
 	}
+	// ansible-playbook runs in the job's own working directory, so every path handed to it
+	// (extravars and secret files) must be absolute.
+	for _, p := range []*string{&cfg.WorkDir, &cfg.PluginDir} {
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return nil, fmt.Errorf("jobs: %s: %w", *p, err)
+		}
+		*p = abs
+	}
 	if err := os.MkdirAll(cfg.WorkDir, 0o700); err != nil {
 		return nil, fmt.Errorf("jobs: make work directory %s: %w", cfg.WorkDir, err)
 	}
@@ -183,7 +196,7 @@ func New(cfg Config) (*Manager, error) {
 // reservedEnv lists the env keys a job may not set: the plugin wiring, and the local temp
 // directory that keeps ansible's files inside the job directory.
 func reservedEnv(pluginDir string) []string {
-	keys := []string{"ANSIBLE_LOCAL_TEMP", "ANSIBLE_CALLBACK_WHITELIST", "ANSIBLE_CALLBACKS_ENABLED", "ANSIBLE_CALLBACK_PLUGINS", afevents.EnvFD}
+	keys := []string{"ANSIBLE_LOCAL_TEMP", "ANSIBLE_CALLBACK_WHITELIST", "ANSIBLE_CALLBACKS_ENABLED", "ANSIBLE_CALLBACK_PLUGINS", afevents.EnvFD, JobIDEnv}
 	for _, kv := range afevents.Env(pluginDir, eventsFD) {
 		if k, _, ok := splitEnv(kv); ok {
 			keys = append(keys, k)

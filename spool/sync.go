@@ -170,7 +170,12 @@ func (s *Spool) commit() {
 		}
 		j.mu.Unlock()
 	}
-	s.setHealth(failed)
+	// A pass that succeeds does not clear an earlier failure: a small record may still fit on a
+	// nearly full disk where a full batch does not. Only Healthy's full-size test write says
+	// the spool can take records again.
+	if failed != nil {
+		s.setHealth(failed)
+	}
 	if advanced {
 		s.commits.Add(1)
 		select {

@@ -22,6 +22,12 @@ import (
 // other process is stuck, not busy.
 const busyTimeout = 10 * time.Second
 
+// pageSize and walAutocheckpoint (in pages) are explained where Open uses them.
+const (
+	pageSize          = 16 << 10
+	walAutocheckpoint = 4096
+)
+
 // timeLayout is RFC 3339 with all nine fraction digits, always UTC: fixed width, so times sort
 // as text.
 const timeLayout = "2006-01-02T15:04:05.000000000Z07:00"
@@ -59,8 +65,15 @@ func Open(path string) (*Store, error) {
 	//     log before it returns. The cost is one fsync per transaction, hence batches.
 	//   - _txlock=immediate: a transaction takes the write lock at BEGIN, so two writers never
 	//     both read and then fail to upgrade (SQLITE_BUSY that the busy timeout cannot wait out).
-	dsn := fmt.Sprintf("%s?_txlock=immediate&_busy_timeout=%d&_journal_mode=WAL&_synchronous=FULL",
-		path, busyTimeout.Milliseconds())
+	//   - page_size 16 KiB (takes effect only when the file is created): a 64 KiB output record
+	//     spans 5 pages instead of 17, and each page is a write call; it tripled the throughput
+	//     of 64 KiB records and doubled that of small ones over the default 4 KiB
+	//     (BenchmarkStoreRecords).
+	//   - wal_autocheckpoint 4096 pages (64 MiB): a checkpoint copies the log into the file and
+	//     syncs both; at the default 1000 pages a busy runner's 4 MiB batches checkpointed every
+	//     few commits and halved the throughput. The log file stays at its largest size.
+	dsn := fmt.Sprintf("%s?_txlock=immediate&_busy_timeout=%d&_pragma=page_size(%d)&_pragma=wal_autocheckpoint(%d)&_journal_mode=WAL&_synchronous=FULL",
+		path, busyTimeout.Milliseconds(), pageSize, walAutocheckpoint)
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)

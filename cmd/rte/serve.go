@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -21,7 +22,9 @@ import (
 	"github.com/rte-project/rte/pinning"
 	"github.com/rte-project/rte/protocol"
 	"github.com/rte-project/rte/server"
+	"github.com/rte-project/rte/jobs"
 	"github.com/rte-project/rte/session"
+	"github.com/rte-project/rte/spool"
 )
 
 func serve(ctx context.Context, environ []string, stderr io.Writer, sigs <-chan os.Signal) int {
@@ -38,12 +41,33 @@ func serve(ctx context.Context, environ []string, stderr io.Writer, sigs <-chan 
 	for _, w := range s.Warnings() {
 		logger.Warn(w)
 	}
-	if err := serveSettings(ctx, s, logger, sigs); err != nil {
+	if err := absolutePaths(s); err != nil {
+		logger.Error("rte stopped", zap.Error(err))
+		return exitSettings
+	}
+	if err := serveSettings(ctx, s, environ, logger, sigs); err != nil {
 		logger.Error("rte stopped", zap.Error(err))
 		return exitFailure
 	}
 	logger.Info("rte stopped")
 	return exitOK
+}
+
+// absolutePaths resolves the settings' paths against the working directory once, at start:
+// ansible-playbook runs in each job's own directory, so a relative path handed down would
+// point somewhere else there.
+func absolutePaths(s *config.Settings) error {
+	for _, p := range []*string{&s.SpoolPath, &s.WorkPath, &s.CachePath, &s.AnsiblePath, &s.RepoPath, &s.HTTPSCert, &s.HTTPSKey} {
+		if *p == "" {
+			continue
+		}
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return fmt.Errorf("resolve %s: %w", *p, err)
+		}
+		*p = abs
+	}
+	return nil
 }
 
 func newLogger(level, format string, w io.Writer) (*zap.Logger, error) {
@@ -77,7 +101,7 @@ func certificateHosts(s *config.Settings) []string {
 
 // serveSettings runs the RTE until ctx is done or a signal stops it. The first signal drains:
 // /ready turns 503, then the listener and the socket close. A second signal stops at once.
-func serveSettings(ctx context.Context, s *config.Settings, logger *zap.Logger, sigs <-chan os.Signal) error {
+func serveSettings(ctx context.Context, s *config.Settings, environ []string, logger *zap.Logger, sigs <-chan os.Signal) error {
 	ver := buildVersion()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -120,26 +144,66 @@ func serveSettings(ctx context.Context, s *config.Settings, logger *zap.Logger, 
 	}
 	logger.Info("settings", settingFields...)
 
+	sp, err := openSpool(s, logger)
+	if err != nil {
+		return err
+	}
+	defer sp.Close()
+	jobsDir, pluginDir, err := prepareWorkPath(s)
+	if err != nil {
+		return err
+	}
+	var files jobs.Preparer = noFiles{}
+	if s.Files == protocol.FilesLocal {
+		files = jobs.LocalFiles{AnsiblePath: s.AnsiblePath, RepoPath: s.RepoPath}
+	}
+	runner, err := jobs.New(jobs.Config{
+		Logger:         logger.Named("jobs"),
+		Recorder:       sp,
+		Files:          files,
+		Token:          token,
+		WorkDir:        jobsDir,
+		PluginDir:      pluginDir,
+		MaxJobs:        s.MaxJobs,
+		MaxOutputBytes: s.ProcessMaxBuffer,
+		Instance:       hostname(),
+		BaseEnv:        ansibleEnv(environ),
+		Healthy:        sp.Healthy,
+	})
+	if err != nil {
+		return err
+	}
+	defer runner.Wait()
+
 	sessions := session.NewManager(session.Config{
 		Logger:   logger,
 		Registry: reg,
+		Jobs:     runner,
+		Outbox:   sp,
 		Hello: protocol.Hello{
 			Name: s.Name, Version: ver, Instance: hostname(), Mode: s.Mode, Files: s.Files,
-			MaxJobs: s.MaxJobs, TokenFingerprint: tokenFP,
+			MaxJobs: s.MaxJobs, TokenFingerprint: tokenFP, AnsibleVersion: ansibleVersion(logger),
 		},
 		PingInterval: s.PingInterval,
 		DeadAfter:    s.DeadAfter,
 	})
 
 	var (
-		mu      sync.Mutex
-		started bool
+		mu       sync.Mutex
+		started  bool
+		draining bool
 	)
 	ready := func() error {
 		mu.Lock()
 		defer mu.Unlock()
-		if !started {
+		switch {
+		case !started:
 			return errors.New("starting")
+		case draining:
+			return errors.New("draining")
+		}
+		if err := sp.Healthy(); err != nil {
+			return fmt.Errorf("spool cannot be written: %w", err)
 		}
 		return nil
 	}
@@ -210,9 +274,15 @@ func serveSettings(ctx context.Context, s *config.Settings, logger *zap.Logger, 
 	select {
 	case sig := <-sigs:
 		logger.Info("stopping", zap.String("signal", sig.String()))
+		mu.Lock()
+		draining = true
+		mu.Unlock()
 		srv.SetDraining()
+		drain(runner, sp, sessions, s.DrainTimeout(), sigs, logger)
 	case <-ctx.Done():
+		drain(runner, sp, sessions, 0, sigs, logger)
 	case runErr = <-errs:
+		drain(runner, sp, sessions, 0, sigs, logger)
 	}
 	stop()
 	done := make(chan struct{})
@@ -225,4 +295,40 @@ func serveSettings(ctx context.Context, s *config.Settings, logger *zap.Logger, 
 		logger.Error("shutdown took longer than 30s; exiting")
 	}
 	return runErr
+}
+
+// drain stops taking jobs, lets running ones finish for grace, then stops the rest (they end
+// abandoned), and finally gives the socket a short while to deliver what is spooled. Every
+// end is in the spool when drain returns, delivered or not: the next start resends it. A
+// signal during the drain stops the remaining jobs at once.
+func drain(runner *jobs.Manager, sp *spool.Spool, sessions *session.Manager, grace time.Duration, sigs <-chan os.Signal, logger *zap.Logger) {
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		_ = runner.Drain(context.Background(), grace)
+	}()
+	select {
+	case <-drained:
+	case sig := <-sigs:
+		logger.Warn("second signal: stopping running jobs now", zap.String("signal", sig.String()))
+		_ = runner.Drain(context.Background(), 0)
+		<-drained
+	}
+	// Delivery is best effort here: records stay spooled until acked, across restarts.
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) && sessions.Connected() && unacked(sp) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if unacked(sp) {
+		logger.Info("records wait in the spool for the app", zap.Int("jobs", len(sp.Jobs())))
+	}
+}
+
+func unacked(sp *spool.Spool) bool {
+	for _, j := range sp.Jobs() {
+		if j.Acked < j.LastSeq {
+			return true
+		}
+	}
+	return false
 }

@@ -1,0 +1,362 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/rte-project/rte/app"
+	"github.com/rte-project/rte/app/sqlitestore"
+	"github.com/rte-project/rte/protocol"
+)
+
+const joinToken = "e2e-join-token-0123456789"
+
+// jobRig is the real app half (SQLite store, Run loop) with one real inbound RTE over TLS,
+// approved by join token, running playbooks from e2e/testdata with RTE_FILES=local. The app
+// reaches the RTE through a TCP proxy that a test can cut.
+type jobRig struct {
+	t      *testing.T
+	App    *app.App
+	Store  app.Store
+	RTE    *rteProc
+	Proxy  *proxy
+	Name   string
+	dir    string
+	env    []string
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+type rigOption func(*rigConfig)
+
+type rigConfig struct {
+	rteEnv []string
+}
+
+func withRTEEnv(kv ...string) rigOption {
+	return func(c *rigConfig) { c.rteEnv = append(c.rteEnv, kv...) }
+}
+
+func newJobRig(t *testing.T, opts ...rigOption) *jobRig {
+	t.Helper()
+	var cfg rigConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	store, err := sqlitestore.Open(filepath.Join(t.TempDir(), "app.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	a, err := app.New(app.Config{
+		Store: store, Logger: zaptest.NewLogger(t), Node: "app-1", JoinToken: joinToken,
+		RedialMin: 50 * time.Millisecond, RedialMax: 300 * time.Millisecond,
+		PollInterval: 100 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(a.Handler())
+	t.Cleanup(srv.Close)
+
+	testdata, _ := filepath.Abs("testdata")
+	port := freePort(t)
+	px := newProxy(t, fmt.Sprintf("127.0.0.1:%d", port))
+	r := &jobRig{t: t, App: a, Store: store, Proxy: px, Name: "rte-jobs", dir: t.TempDir(), done: make(chan struct{})}
+	r.env = append([]string{
+		"HTTPS=1", "RTE_TOKEN=" + testToken, "RTE_NAME=" + r.Name, "RTE_JOIN_TOKEN=" + joinToken,
+		"APP_URL=" + srv.URL, "RTE_URL=https://" + px.Addr(),
+		"RTE_FILES=local", "ANSIBLE_PATH=" + filepath.Join(testdata, "playbooks"),
+		"REPO_PATH=" + filepath.Join(testdata, "inventory"),
+		"RTE_DRAIN_SECONDS=2",
+	}, cfg.rteEnv...)
+	r.RTE = startRTE(t, r.dir, port, r.env...)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go func() { defer close(r.done); _ = a.Run(ctx) }()
+	t.Cleanup(r.Stop)
+	r.waitConnected()
+	return r
+}
+
+// Stop ends the app's Run loop and waits for it.
+func (r *jobRig) Stop() {
+	r.cancel()
+	<-r.done
+}
+
+// Restart starts the RTE again in the same directory (same certificate, same spool).
+func (r *jobRig) Restart() {
+	r.t.Helper()
+	r.RTE.Kill()
+	r.RTE = startRTE(r.t, r.dir, r.RTE.Port, r.env...)
+}
+
+func (r *jobRig) waitConnected() {
+	r.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if st, ok := r.App.Status(r.Name); ok && st.Connected {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r.t.Fatalf("the app did not connect to runner %s within 60s", r.Name)
+}
+
+// submit queues a job on the rig's runner.
+func (r *jobRig) submit(js protocol.JobStart) *app.Job {
+	r.t.Helper()
+	j, err := r.App.Submit(context.Background(), app.JobRequest{Runner: r.Name, JobStart: js})
+	if err != nil {
+		r.t.Fatalf("submit %s: %v", js.Playbook, err)
+	}
+	return j
+}
+
+// waitState waits until the job is in state (or ended, which ends every wait).
+func (r *jobRig) waitState(id string, state app.JobState, timeout time.Duration) *app.Job {
+	r.t.Helper()
+	deadline := time.Now().Add(timeout)
+	var j *app.Job
+	for time.Now().Before(deadline) {
+		var err error
+		j, err = r.App.GetJob(context.Background(), id)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		if j.State == state || j.State == app.JobEnded {
+			return j
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	r.t.Fatalf("job %s not %s within %s: %+v", id, state, timeout, j)
+	return nil
+}
+
+// waitEnd waits for the job's end, and for every record up to it to be stored.
+func (r *jobRig) waitEnd(id string, timeout time.Duration) *app.Job {
+	r.t.Helper()
+	deadline := time.Now().Add(timeout)
+	var j *app.Job
+	for time.Now().Before(deadline) {
+		var err error
+		j, err = r.App.GetJob(context.Background(), id)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		if j.State == app.JobEnded {
+			return j
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	r.t.Fatalf("job %s did not end within %s: %+v\nRTE log:\n%s", id, timeout, j, tail(r.RTE.Log(), 40))
+	return nil
+}
+
+// records reads every stored record of a job.
+func (r *jobRig) records(id string) []protocol.Record {
+	r.t.Helper()
+	var out []protocol.Record
+	after := int64(0)
+	for {
+		recs, err := r.App.Records(context.Background(), id, after, 1000)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		if len(recs) == 0 {
+			return out
+		}
+		out = append(out, recs...)
+		after = recs[len(recs)-1].Seq
+	}
+}
+
+// jobStory is a job's records read back: checked for order, gaps and shape.
+type jobStory struct {
+	Records []protocol.Record
+	Output  string
+	Events  []map[string]any
+	Logs    []protocol.LogData
+	End     protocol.EndData
+}
+
+// story reads the job's records and checks the contract every job keeps: seq 1..n without a
+// gap or a repeat, start first when present, end last and only last.
+func (r *jobRig) story(id string) jobStory {
+	r.t.Helper()
+	recs := r.records(id)
+	var s jobStory
+	s.Records = recs
+	var out strings.Builder
+	for i, rec := range recs {
+		if rec.Seq != int64(i+1) {
+			r.t.Fatalf("job %s: record %d has seq %d: stored out of order, twice, or with a gap", id, i+1, rec.Seq)
+		}
+		switch rec.Kind {
+		case protocol.KindStart:
+			if i != 0 {
+				r.t.Fatalf("job %s: start record at seq %d, want 1", id, rec.Seq)
+			}
+		case protocol.KindOutput:
+			var d protocol.OutputData
+			mustJSON(r.t, rec.Data, &d)
+			out.WriteString(d.Text)
+		case protocol.KindEvents:
+			var d struct {
+				Events []map[string]any `json:"events"`
+			}
+			mustJSON(r.t, rec.Data, &d)
+			s.Events = append(s.Events, d.Events...)
+		case protocol.KindLog:
+			var d protocol.LogData
+			mustJSON(r.t, rec.Data, &d)
+			s.Logs = append(s.Logs, d)
+		case protocol.KindEnd:
+			if i != len(recs)-1 {
+				r.t.Fatalf("job %s: end record at seq %d of %d", id, rec.Seq, len(recs))
+			}
+			mustJSON(r.t, rec.Data, &s.End)
+		}
+	}
+	if len(recs) == 0 || recs[len(recs)-1].Kind != protocol.KindEnd {
+		r.t.Fatalf("job %s: the last stored record is not its end (%d records)", id, len(recs))
+	}
+	s.Output = out.String()
+	return s
+}
+
+func (s jobStory) eventNames() []string {
+	var out []string
+	for _, e := range s.Events {
+		n, _ := e["event"].(string)
+		out = append(out, n)
+	}
+	return out
+}
+
+func (s jobStory) hasEvent(name string) bool {
+	for _, n := range s.eventNames() {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+func mustJSON(t *testing.T, b []byte, v any) {
+	t.Helper()
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("decode %s: %v", b, err)
+	}
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// proxy forwards TCP to target and can cut every connection it carries, which drops the
+// app's socket without either peer closing it.
+type proxy struct {
+	t      *testing.T
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	wg     sync.WaitGroup
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{t: t, ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(func() {
+		ln.Close()
+		p.Drop()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *proxy) Addr() string { return p.ln.Addr().String() }
+
+func (p *proxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns[c], p.conns[up] = struct{}{}, struct{}{}
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go p.pipe(c, up)
+		go p.pipe(up, c)
+	}
+}
+
+func (p *proxy) pipe(dst, src net.Conn) {
+	defer p.wg.Done()
+	_, _ = io.Copy(dst, src)
+	dst.Close()
+	src.Close()
+	p.mu.Lock()
+	delete(p.conns, dst)
+	delete(p.conns, src)
+	p.mu.Unlock()
+}
+
+// Drop cuts every connection through the proxy; it returns how many it cut.
+func (p *proxy) Drop() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(p.conns) / 2
+	for c := range p.conns {
+		c.Close()
+	}
+	return n
+}
+
+// processesWith lists the pids whose command line contains marker.
+func processesWith(marker string) []string {
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		if strings.Contains(strings.ReplaceAll(string(b), "\x00", " "), marker) {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
