@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+const usage = `usage: rte-app <command> [flags]
+
+The reference app: the app half of the RTE protocol.
+
+server:
+  serve                 run the app: registration, admin API, dispatch (settings from the environment)
+
+commands that talk to a running app (flags: --app URL, default $APP_URL or http://127.0.0.1:8080;
+the admin token comes from APP_ADMIN_TOKEN):
+  runners               list runners with their fingerprints and connection
+  approve NAME          approve a runner (--fingerprint abcd-ef12: only if that certificate waits)
+  reject NAME           reject and remove a runner (--reason TEXT)
+  run                   run a playbook and follow it: --runner NAME --playbook site.yml
+                        [--inventory hosts.yml ...] [--extra-vars JSON|@file] [--limit PATTERN]
+                        [--tags a,b] [--skip-tags c] [--check] [--diff] [-v N] [--forks N]
+                        [--env K=V ...] [--vault-password-file F] [--become-password-file F]
+                        [--timeout SECONDS] [--no-follow]
+  follow JOB            follow a job from its first record to its end
+  jobs                  list jobs (--runner NAME, --state queued,running, --limit N)
+  cancel JOB            cancel a job
+
+demo:
+  demo                  the app, a real RTE over TLS and a real playbook on this machine
+                        [--rte PATH] [--examples DIR] [--ssh=true|false] [--verbose]
+
+  help                  print this text
+
+Exit status: 0 success; 1 rte-app could not do what was asked; 2 the playbook failed;
+3 the job was canceled, timed out, was abandoned or hit an error; 64 bad usage or settings.
+docs/reference-app.md has the details.
+`
+
+// run is the whole program behind main, with its inputs passed in so tests can drive it.
+func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	cmd, args := args[0], args[1:]
+	switch cmd {
+	case "serve":
+		return serve(ctx, args, environ, stderr)
+	case "runners", "approve", "reject", "run", "follow", "jobs", "cancel":
+		return cli(ctx, cmd, args, environ, stdout, stderr)
+	case "demo":
+		return demo(ctx, args, environ, stdout, stderr)
+	case "help", "--help", "-h":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "rte-app: unknown command %s\n\n%s", quote(cmd), usage)
+		return exitUsage
+	}
+}
+
+// newLogger builds the one logger of the process: JSON lines for machines, or console text.
+func newLogger(level, format string, w io.Writer) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, err
+	}
+	enc := zap.NewProductionEncoderConfig()
+	enc.TimeKey = "time"
+	enc.EncodeTime = zapcore.RFC3339NanoTimeEncoder
+	var encoder zapcore.Encoder
+	if format == "console" {
+		enc.EncodeLevel = zapcore.CapitalLevelEncoder
+		encoder = zapcore.NewConsoleEncoder(enc)
+	} else {
+		encoder = zapcore.NewJSONEncoder(enc)
+	}
+	sink := zapcore.Lock(zapcore.AddSync(w))
+	return zap.New(zapcore.NewCore(encoder, sink, lvl), zap.ErrorOutput(sink)), nil
+}

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/rte-project/rte/app"
+	"github.com/rte-project/rte/app/sqlitestore"
+)
+
+// HTTP server limits. Variables so a test can shorten them.
+var (
+	// readHeaderTimeout stops a client that opens a connection and sends nothing.
+	readHeaderTimeout = 10 * time.Second
+	// readTimeout bounds reading a whole request; bodies are small (a job is at most 4 MiB).
+	// A stream clears it once its request is read, or the server would cancel the stream.
+	readTimeout = time.Minute
+	// writeTimeout bounds writing an answer; a stream moves it forward at every write.
+	writeTimeout = time.Minute
+	// idleTimeout closes keep-alive connections nobody uses.
+	idleTimeout = 2 * time.Minute
+	// shutdownTimeout bounds the wait for requests in flight when the app stops.
+	shutdownTimeout = 10 * time.Second
+)
+
+// maxHeaderBytes is far above a real request's headers (a token and a few standard ones).
+const maxHeaderBytes = 64 << 10
+
+func serve(ctx context.Context, args, environ []string, stderr io.Writer) int {
+	if len(args) > 0 {
+		fmt.Fprintf(stderr, "rte-app serve: takes no arguments (settings come from the environment), got %q\n", args)
+		return exitUsage
+	}
+	s, err := loadSettings(environ, hostname())
+	if err != nil {
+		var se *settingsError
+		if errors.As(err, &se) {
+			fmt.Fprintf(stderr, "rte-app serve: the settings have %d problem(s); nothing was started:\n", len(se.problems))
+			for _, p := range se.problems {
+				fmt.Fprintf(stderr, "  - %s\n", p)
+			}
+		} else {
+			fmt.Fprintf(stderr, "rte-app serve: %v\n", err)
+		}
+		return exitUsage
+	}
+	logger, err := newLogger(s.LogLevel, s.LogFormat, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "rte-app serve: logger: %v\n", err)
+		return exitUsage
+	}
+	defer func() { _ = logger.Sync() }()
+	if err := serveSettings(ctx, s, logger); err != nil {
+		logger.Error("rte-app stopped", zap.Error(err))
+		return exitTrouble
+	}
+	logger.Info("rte-app stopped")
+	return exitOK
+}
+
+func serveSettings(ctx context.Context, s *settings, logger *zap.Logger) error {
+	store, err := sqlitestore.Open(s.DB)
+	if err != nil {
+		return fmt.Errorf("open the database (APP_DB): %w", err)
+	}
+	defer store.Close()
+	a, err := app.New(app.Config{
+		Store:        store,
+		Logger:       logger,
+		Node:         s.Node,
+		JoinToken:    string(s.JoinToken),
+		QueueTimeout: s.QueueTimeout(),
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", s.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s (APP_LISTEN): %w", s.Listen, err)
+	}
+	logger.Info("rte-app starting",
+		zap.String("listen", ln.Addr().String()),
+		zap.String("db", s.DB),
+		zap.String("node", s.Node),
+		zap.Bool("join_token", s.JoinToken != ""),
+		zap.Duration("queue_timeout", s.QueueTimeout()))
+	return serveApp(ctx, a, ln, string(s.AdminToken), logger)
+}
+
+// serveApp runs the app's dispatch (a.Run) and its HTTP server on ln until ctx ends or
+// either fails, then stops both and waits for them. Open streams end at once; other requests
+// get shutdownTimeout to finish.
+func serveApp(ctx context.Context, a *app.App, ln net.Listener, adminToken string, logger *zap.Logger) error {
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	closing := make(chan struct{})
+	srv := &http.Server{
+		Handler:           newHandler(a, adminToken, logger.Named("http"), closing),
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          zap.NewStdLog(logger.Named("http")),
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		defer cancel()
+		if err := a.Run(runCtx); err != nil && !errors.Is(err, context.Canceled) {
+			errs <- fmt.Errorf("dispatch: %w", err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		defer cancel()
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			errs <- fmt.Errorf("http server: %w", err)
+		}
+	}()
+	<-runCtx.Done()
+	close(closing)
+	shutCtx, done := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	defer done()
+	if err := srv.Shutdown(shutCtx); err != nil {
+		logger.Warn("http server did not stop in time; closing its connections", zap.Duration("timeout", shutdownTimeout))
+		_ = srv.Close()
+	}
+	wg.Wait()
+	close(errs)
+	return errors.Join(collect(errs)...)
+}
+
+func collect(errs <-chan error) []error {
+	var out []error
+	for err := range errs {
+		out = append(out, err)
+	}
+	return out
+}

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/caarlos0/env/v11"
+
+	"github.com/rte-project/rte/protocol"
+)
+
+// settings is `rte-app serve`'s configuration, one field per environment variable
+// (docs/reference-app.md lists them). A variable set to the empty string counts as unset.
+type settings struct {
+	// Listen is where the HTTP server listens: registration and the admin API. The default
+	// is loopback because the admin API is the keys to every runner.
+	Listen string `env:"APP_LISTEN" envDefault:"127.0.0.1:8080"`
+	// DB is the SQLite file that holds runners, jobs and records.
+	DB string `env:"APP_DB" envDefault:"rte-app.db"`
+	// Node names this app node to the runners (X-App-Node, welcome); the hostname when unset.
+	Node string `env:"APP_NODE"`
+	// AdminToken guards the admin API (Authorization: Bearer).
+	AdminToken secret `env:"APP_ADMIN_TOKEN"`
+	// JoinToken approves a registering runner that presents it, with no admin.
+	JoinToken secret `env:"RTE_JOIN_TOKEN"`
+	// QueueMinutes is how long a job waits for its runner before it ends with status error.
+	QueueMinutes int `env:"RTE_QUEUE_MINUTES" envDefault:"60"`
+	// FilesMaxMB bounds a directory sent to a transfer-mode runner (MiB); kept for when the
+	// reference app sends bundles.
+	FilesMaxMB int    `env:"RTE_FILES_MAX_MB" envDefault:"512"`
+	LogLevel   string `env:"LOG_LEVEL" envDefault:"info"`
+	LogFormat  string `env:"LOG_FORMAT" envDefault:"json"`
+}
+
+// QueueTimeout is RTE_QUEUE_MINUTES as a duration.
+func (s *settings) QueueTimeout() time.Duration { return time.Duration(s.QueueMinutes) * time.Minute }
+
+// secret holds a token. It prints and marshals as "[redacted]", so a settings value passed
+// whole to fmt, zap or encoding/json does not leak it; string(s) is for the one place it is used.
+type secret string
+
+func (secret) String() string               { return "[redacted]" }
+func (secret) GoString() string             { return "[redacted]" }
+func (secret) MarshalText() ([]byte, error) { return []byte("[redacted]"), nil }
+
+// settingsError lists every problem with the settings, one "VAR: message" per entry, so the
+// operator fixes them in one round.
+type settingsError struct{ problems []string }
+
+func (e *settingsError) Error() string { return strings.Join(e.problems, "\n") }
+
+// loadSettings reads the settings from environ ("K=V" strings) and checks them, never the
+// process environment itself, so a test can hand it a table. hostname is APP_NODE's default.
+func loadSettings(environ []string, hostname string) (*settings, error) {
+	vars := env.ToMap(environ)
+	s := &settings{}
+	p := &settingsError{}
+	failed := map[string]bool{}
+	if err := env.ParseWithOptions(s, env.Options{Environment: vars}); err != nil {
+		var agg env.AggregateError
+		if !errors.As(err, &agg) {
+			return nil, fmt.Errorf("parse settings: %w", err)
+		}
+		for _, e := range agg.Errors {
+			var pe env.ParseError
+			if !errors.As(e, &pe) {
+				return nil, fmt.Errorf("parse settings: %w", e)
+			}
+			name, def := settingVar(pe.Name)
+			failed[name] = true
+			p.add(name, "%s is not a whole number; the default is %s", quote(vars[name]), def)
+		}
+	}
+	if s.Node == "" {
+		s.Node = hostname
+	}
+	s.check(p, failed)
+	if len(p.problems) > 0 {
+		return nil, p
+	}
+	return s, nil
+}
+
+func (s *settings) check(p *settingsError, failed map[string]bool) {
+	if s.Listen == "" {
+		p.add("APP_LISTEN", "is empty; give host:port, such as 127.0.0.1:8080")
+	} else if host, port, err := net.SplitHostPort(s.Listen); err != nil {
+		p.add("APP_LISTEN", "%s is not host:port (%v); give one such as 127.0.0.1:8080, or :8080 for every address", quote(s.Listen), err)
+	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		p.add("APP_LISTEN", "port %s of %s is not a number from 0 to 65535", quote(port), quote(s.Listen))
+	} else if host != "" && net.ParseIP(host) == nil && strings.ContainsAny(host, " /") {
+		p.add("APP_LISTEN", "host %s of %s is not an address or a name", quote(host), quote(s.Listen))
+	}
+	if strings.TrimSpace(s.DB) == "" {
+		p.add("APP_DB", "is empty; give the SQLite file to keep runners and jobs in, such as rte-app.db")
+	}
+	if s.Node == "" || len(s.Node) > 128 || strings.IndexFunc(s.Node, unicode.IsControl) >= 0 {
+		p.add("APP_NODE", "%s must be 1 to 128 printable characters; it names this app node to the runners", quote(s.Node))
+	}
+	switch token := string(s.AdminToken); {
+	case token == "":
+		p.add("APP_ADMIN_TOKEN", "is required: it guards the admin API; generate one with: openssl rand -hex 32")
+	case len(token) < protocol.MinTokenLength:
+		p.add("APP_ADMIN_TOKEN", "is %d characters; use at least %d so it cannot be guessed (openssl rand -hex 32)", len(token), protocol.MinTokenLength)
+	case !printableToken(token):
+		p.add("APP_ADMIN_TOKEN", "holds spaces or control characters; it travels in an Authorization header, so use printable characters only (openssl rand -hex 32)")
+	}
+	if token := string(s.JoinToken); token != "" {
+		switch {
+		case len(token) < protocol.MinTokenLength:
+			p.add("RTE_JOIN_TOKEN", "is %d characters; use at least %d so it cannot be guessed, or leave it unset so an admin approves every runner", len(token), protocol.MinTokenLength)
+		case !printableToken(token):
+			p.add("RTE_JOIN_TOKEN", "holds spaces or control characters; use printable characters only")
+		}
+	}
+	if !failed["RTE_QUEUE_MINUTES"] && s.QueueMinutes < 1 {
+		p.add("RTE_QUEUE_MINUTES", "is %d; give the minutes a job may wait for its runner, at least 1 (default 60)", s.QueueMinutes)
+	}
+	if !failed["RTE_FILES_MAX_MB"] && s.FilesMaxMB < 1 {
+		p.add("RTE_FILES_MAX_MB", "is %d; give at least 1 (MiB, default 512)", s.FilesMaxMB)
+	}
+	s.LogLevel = strings.ToLower(s.LogLevel)
+	if s.LogLevel != "debug" && s.LogLevel != "info" && s.LogLevel != "warn" && s.LogLevel != "error" {
+		p.add("LOG_LEVEL", "%s is not debug, info, warn or error", quote(s.LogLevel))
+	}
+	s.LogFormat = strings.ToLower(s.LogFormat)
+	if s.LogFormat != "json" && s.LogFormat != "console" {
+		p.add("LOG_FORMAT", "%s is not json or console", quote(s.LogFormat))
+	}
+}
+
+func (p *settingsError) add(variable, format string, args ...any) {
+	p.problems = append(p.problems, variable+": "+fmt.Sprintf(format, args...))
+}
+
+// printableToken reports whether a token can travel in an HTTP header as it is.
+func printableToken(t string) bool {
+	return strings.IndexFunc(t, func(r rune) bool { return r <= ' ' || r == 0x7f || r > unicode.MaxASCII }) < 0
+}
+
+// settingVar returns the variable and default of the settings field named field.
+func settingVar(field string) (name, def string) {
+	f, ok := reflect.TypeFor[settings]().FieldByName(field)
+	if !ok {
+		return field, "unset"
+	}
+	return f.Tag.Get("env"), f.Tag.Get("envDefault")
+}
+
+// quote shows an operator's value in a message: quoted, so stray spaces are visible, and
+// bounded, so one huge value does not drown the rest.
+func quote(v string) string {
+	if len(v) > 64 {
+		v = v[:64] + "..."
+	}
+	return strconv.Quote(v)
+}
+
+func hostname() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "rte-app"
+	}
+	return h
+}
