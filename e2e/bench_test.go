@@ -3,7 +3,10 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,4 +49,92 @@ func BenchmarkPinnedHandshake(b *testing.B) {
 		}
 		peer.Conn.Close(websocket.CloseNormalClosure, "bench")
 	}
+}
+
+// fakeAnsible writes an ansible-playbook stand-in into a directory for the load harness: it
+// answers --version like Debian's ansible-core and otherwise prints BENCH_BYTES bytes of
+// 100-byte lines as fast as the pipe takes them, or sleeps BENCH_SLEEP seconds. Ansible's own
+// speed is not what these benchmarks measure: the RTE and the app half are.
+func fakeAnsible(tb testing.TB) string {
+	tb.Helper()
+	dir := tb.TempDir()
+	script := `#!/bin/sh
+if [ "$1" = "--version" ]; then echo "ansible-playbook [core 2.14.18]"; exit 0; fi
+if [ -n "$BENCH_SLEEP" ]; then exec sleep "$BENCH_SLEEP"; fi
+yes "$(printf '%099d' 7)" | head -c "$BENCH_BYTES"
+`
+	if err := os.WriteFile(filepath.Join(dir, "ansible-playbook"), []byte(script), 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	return dir
+}
+
+// BenchmarkPipeline measures a job's stdout all the way to the app's committed store: the RTE
+// batches it into records, spools them with fsync, sends them over TLS; the app half stores
+// them in SQLite (synchronous=FULL) and acks. Each op is one job of 64 MiB of output.
+func BenchmarkPipeline(b *testing.B) {
+	const perJob = 64 << 20
+	r := newJobRig(b, withRTEEnv("PATH="+fakeAnsible(b)+":"+os.Getenv("PATH"), "LOG_LEVEL=info"))
+	var records int
+	b.SetBytes(perJob)
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		j := r.submit(protocol.JobStart{Playbook: "hello.yml", Inventories: []string{"local.ini"},
+			Env: map[string]string{"BENCH_BYTES": strconv.Itoa(perJob)}})
+		end := r.waitEnd(j.ID, 10*time.Minute)
+		if end.Status != protocol.StatusSuccess {
+			b.Fatalf("job %+v", end)
+		}
+		records += int(end.LastSeq)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(records)/time.Since(start).Seconds(), "records/s")
+}
+
+// BenchmarkJobMemory measures the RTE's resident memory per running job: 50 jobs whose
+// stand-in sleeps, RSS before and while they run, divided by 50. Ansible's own processes are
+// not counted: they are other processes.
+func BenchmarkJobMemory(b *testing.B) {
+	const n = 50
+	r := newJobRig(b, withRTEEnv("PATH="+fakeAnsible(b)+":"+os.Getenv("PATH"), "RTE_MAX_JOBS=0", "LOG_LEVEL=warn"))
+	for i := 0; i < b.N; i++ {
+		time.Sleep(time.Second)
+		before := rss(b, r.RTE.cmd.Process.Pid)
+		var ids []string
+		for k := 0; k < n; k++ {
+			ids = append(ids, r.submit(protocol.JobStart{Playbook: "hello.yml", Inventories: []string{"local.ini"},
+				Env: map[string]string{"BENCH_SLEEP": "20"}}).ID)
+		}
+		for _, id := range ids {
+			r.waitState(id, app.JobRunning, time.Minute)
+		}
+		time.Sleep(2 * time.Second)
+		during := rss(b, r.RTE.cmd.Process.Pid)
+		b.ReportMetric(float64(during-before)/n/1024, "KiB-RSS/job")
+		b.ReportMetric(float64(before)/1024/1024, "MiB-RSS-idle")
+		for _, id := range ids {
+			_ = r.App.Cancel(context.Background(), id)
+		}
+		for _, id := range ids {
+			r.waitEnd(id, time.Minute)
+		}
+	}
+}
+
+// rss reads a process's resident set size in bytes.
+func rss(tb testing.TB, pid int) int64 {
+	tb.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+			return kb * 1024
+		}
+	}
+	tb.Fatal("no VmRSS")
+	return 0
 }

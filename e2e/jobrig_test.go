@@ -27,7 +27,7 @@ const joinToken = "e2e-join-token-0123456789"
 // approved by join token, running playbooks from e2e/testdata with RTE_FILES=local. The app
 // reaches the RTE through a TCP proxy that a test can cut.
 type jobRig struct {
-	t      *testing.T
+	t      testing.TB
 	App    *app.App
 	Store  app.Store
 	RTE    *rteProc
@@ -49,7 +49,7 @@ func withRTEEnv(kv ...string) rigOption {
 	return func(c *rigConfig) { c.rteEnv = append(c.rteEnv, kv...) }
 }
 
-func newJobRig(t *testing.T, opts ...rigOption) *jobRig {
+func newJobRig(t testing.TB, opts ...rigOption) *jobRig {
 	t.Helper()
 	var cfg rigConfig
 	for _, o := range opts {
@@ -257,7 +257,7 @@ func (s jobStory) hasEvent(name string) bool {
 	return false
 }
 
-func mustJSON(t *testing.T, b []byte, v any) {
+func mustJSON(t testing.TB, b []byte, v any) {
 	t.Helper()
 	if err := json.Unmarshal(b, v); err != nil {
 		t.Fatalf("decode %s: %v", b, err)
@@ -275,7 +275,7 @@ func tail(s string, n int) string {
 // proxy forwards TCP to target and can cut every connection it carries, which drops the
 // app's socket without either peer closing it.
 type proxy struct {
-	t      *testing.T
+	t      testing.TB
 	ln     net.Listener
 	target string
 	mu     sync.Mutex
@@ -283,7 +283,7 @@ type proxy struct {
 	wg     sync.WaitGroup
 }
 
-func newProxy(t *testing.T, target string) *proxy {
+func newProxy(t testing.TB, target string) *proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

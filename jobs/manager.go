@@ -26,6 +26,24 @@ type Recorder interface {
 	Has(job string) bool
 }
 
+// Committer is a Recorder that can also append in two steps: write now, in order, and learn
+// later that the record is durable. The Manager uses it for output and events, so a chatty
+// job keeps reading its pipe while earlier records are being synced, and one sync covers many
+// of its records instead of each record paying for its own.
+type Committer interface {
+	AppendAsync(job, kind string, data json.RawMessage) (Commit, error)
+}
+
+// Commit is one record written and waiting to be durable.
+type Commit interface {
+	Wait() (protocol.Record, error)
+}
+
+// maxUnsynced bounds the records a job may have written but not yet seen durable: enough for
+// a sync of a few milliseconds to cover several 64 KiB batches, few enough that a failed sync
+// stops the job within a few records.
+const maxUnsynced = 32
+
 // Defaults of Config.
 const (
 	DefaultAnsiblePlaybook = "ansible-playbook"

@@ -49,6 +49,9 @@ type runner struct {
 	notes   []protocol.LogData // said before the start record, appended right after it
 
 	spoolErr error // the first failed Append; nothing but the end is tried after it
+	// unsynced holds the Commits of records written but not yet known durable, oldest first
+	// (only with a Committer Recorder).
+	unsynced []Commit
 
 	// Output: raw bytes -> cut at MaxOutputBytes -> masker -> valid UTF-8 -> batch.
 	mask      *masker
@@ -548,11 +551,44 @@ func (r *runner) append(kind string, data []byte) {
 	if r.spoolErr != nil {
 		return
 	}
-	if _, err := r.cfg.Recorder.Append(r.j.id, kind, data); err != nil {
-		r.spoolErr = fmt.Errorf("append %s record: %w", kind, err)
-		r.log.Error("spool append failed; stopping the job", zap.String("kind", kind), zap.Error(err))
-		r.j.cancel(r.spoolErr)
+	if c, ok := r.cfg.Recorder.(Committer); ok && (kind == protocol.KindOutput || kind == protocol.KindEvents) {
+		commit, err := c.AppendAsync(r.j.id, kind, data)
+		if err != nil {
+			r.spoolFailed(kind, err)
+			return
+		}
+		r.unsynced = append(r.unsynced, commit)
+		if len(r.unsynced) > maxUnsynced {
+			r.settle(1)
+		}
+		return
 	}
+	// Every other record waits for what was written before it, so a log or the end is never
+	// reported durable ahead of output that is not.
+	r.settle(len(r.unsynced))
+	if r.spoolErr != nil {
+		return
+	}
+	if _, err := r.cfg.Recorder.Append(r.j.id, kind, data); err != nil {
+		r.spoolFailed(kind, err)
+	}
+}
+
+// settle waits for the n oldest written records to be durable.
+func (r *runner) settle(n int) {
+	for ; n > 0 && len(r.unsynced) > 0; n-- {
+		c := r.unsynced[0]
+		r.unsynced = r.unsynced[1:]
+		if _, err := c.Wait(); err != nil && r.spoolErr == nil {
+			r.spoolFailed("output", err)
+		}
+	}
+}
+
+func (r *runner) spoolFailed(kind string, err error) {
+	r.spoolErr = fmt.Errorf("append %s record: %w", kind, err)
+	r.log.Error("spool append failed; stopping the job", zap.String("kind", kind), zap.Error(err))
+	r.j.cancel(r.spoolErr)
 }
 
 func (r *runner) appendJSON(kind string, v any) {
@@ -573,6 +609,7 @@ func (r *runner) appendLog(level, format string, args ...any) {
 // app learns why the job stopped if the spool has recovered.
 func (r *runner) appendEnd(end protocol.EndData) {
 	end.Message = clip(end.Message, maxLogMessage)
+	r.settle(len(r.unsynced))
 	data, err := json.Marshal(end)
 	if err == nil {
 		_, err = r.cfg.Recorder.Append(r.j.id, protocol.KindEnd, data)
@@ -615,6 +652,7 @@ func removeAll(dir string) error {
 
 // endOf decides a started job's end from how its process ended and why it was stopped.
 func (r *runner) endOf(state *os.ProcessState, waitErr error, signaled bool) protocol.EndData {
+	r.settle(len(r.unsynced))
 	code := exitCode(state)
 	if r.spoolErr != nil {
 		return protocol.EndData{Status: protocol.StatusError, ExitCode: code, Message: fmt.Sprintf(

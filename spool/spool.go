@@ -404,31 +404,89 @@ func (s *Spool) scan(j *job, size int64) error {
 // gets it. A write or sync failure (a full disk, an I/O error) names the file, and Healthy
 // reports it until a later write succeeds.
 func (s *Spool) Append(jobID, kind string, data json.RawMessage) (protocol.Record, error) {
-	rec := protocol.Record{Job: jobID, Seq: 1, Kind: kind, Data: data}
-	if err := rec.Validate(); err != nil {
-		return protocol.Record{}, fmt.Errorf("append to spool: %w", err)
-	}
-	j, err := s.enterJob(jobID)
+	c, err := s.AppendAsync(jobID, kind, data)
 	if err != nil {
 		return protocol.Record{}, err
 	}
+	return c.Wait()
+}
+
+// Commit is a record written to the spool and waiting for the sync that makes it durable.
+type Commit struct {
+	s     *Spool
+	j     *job
+	rec   protocol.Record
+	epoch uint64
+	b     *batch
+	once  sync.Once
+	err   error
+}
+
+// AppendAsync is Append in two steps, for a writer that must not stall on each sync: it assigns
+// the seq and writes the record in order at once, and the Commit's Wait reports when the
+// record is durable. A job's producer can keep writing while earlier records are being synced,
+// so one sync covers many of its records. The session never sends a record before it is
+// durable, whether or not anyone waits. Every Commit must be waited for: Close waits for them.
+// When a sync fails, the Waits of every record written since the last durable one fail.
+func (s *Spool) AppendAsync(jobID, kind string, data json.RawMessage) (*Commit, error) {
+	rec := protocol.Record{Job: jobID, Seq: 1, Kind: kind, Data: data}
+	if err := rec.Validate(); err != nil {
+		return nil, fmt.Errorf("append to spool: %w", err)
+	}
+	j, err := s.enterJob(jobID)
+	if err != nil {
+		return nil, err
+	}
+	// The syncer waits briefly for appends under way; this one has written once it returns.
 	defer func() {
 		s.appending.Add(-1)
 		s.signal(s.arrived)
-		s.inflight.Done()
 	}()
+	c, err := s.write(j, rec, kind, jobID)
+	if err != nil {
+		s.inflight.Done()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Wait blocks until the record is durable and returns it, or the error that kept it from
+// becoming durable. It may be called more than once.
+func (c *Commit) Wait() (protocol.Record, error) {
+	c.once.Do(func() {
+		defer c.s.inflight.Done()
+		<-c.b.done
+		c.j.mu.Lock()
+		durable := c.j.epoch == c.epoch && c.j.durableSeq >= c.rec.Seq
+		syncErr := c.j.syncErr
+		c.j.mu.Unlock()
+		if !durable {
+			if syncErr == nil {
+				syncErr = errors.New("the sync did not cover it")
+			}
+			c.err = fmt.Errorf("append %s record %d to job %s: not durable: %w", c.rec.Kind, c.rec.Seq, c.rec.Job, syncErr)
+		}
+	})
+	if c.err != nil {
+		return protocol.Record{}, c.err
+	}
+	return c.rec, nil
+}
+
+// write assigns rec its seq and writes it, under the job's lock.
+func (s *Spool) write(j *job, rec protocol.Record, kind, jobID string) (*Commit, error) {
 
 	j.mu.Lock()
 	switch {
 	case j.removed:
 		j.mu.Unlock()
-		return protocol.Record{}, fmt.Errorf("append %s record to job %s: the job ended and the app stored its records", kind, jobID)
+		return nil, fmt.Errorf("append %s record to job %s: the job ended and the app stored its records", kind, jobID)
 	case j.endSeq != 0:
 		j.mu.Unlock()
-		return protocol.Record{}, fmt.Errorf("append %s record to job %s: the job already has its end record (seq %d)", kind, jobID, j.endSeq)
+		return nil, fmt.Errorf("append %s record to job %s: the job already has its end record (seq %d)", kind, jobID, j.endSeq)
 	case j.broken != nil:
 		j.mu.Unlock()
-		return protocol.Record{}, fmt.Errorf("append %s record to job %s: %w", kind, jobID, j.broken)
+		return nil, fmt.Errorf("append %s record to job %s: %w", kind, jobID, j.broken)
 	}
 	rec.Seq = j.lastSeq + 1
 	rec.At = s.now().UTC()
@@ -436,17 +494,17 @@ func (s *Spool) Append(jobID, kind string, data json.RawMessage) (protocol.Recor
 	payload, err := protocol.Encode(rec)
 	if err != nil {
 		j.mu.Unlock()
-		return protocol.Record{}, fmt.Errorf("append %s record to job %s: data is not valid JSON: %w", kind, jobID, err)
+		return nil, fmt.Errorf("append %s record to job %s: data is not valid JSON: %w", kind, jobID, err)
 	}
 	if len(payload) > maxPayload {
 		j.mu.Unlock()
-		return protocol.Record{}, fmt.Errorf("append %s record to job %s: the record is %d bytes, more than the %d a message may carry: split it", kind, jobID, len(payload), maxPayload)
+		return nil, fmt.Errorf("append %s record to job %s: the record is %d bytes, more than the %d a message may carry: split it", kind, jobID, len(payload), maxPayload)
 	}
 	if j.f == nil {
 		if err := s.create(j); err != nil {
 			j.mu.Unlock()
 			s.setHealth(err)
-			return protocol.Record{}, err
+			return nil, err
 		}
 	}
 	frame := appendFrame(make([]byte, 0, frameHeaderLen+len(payload)), payload)
@@ -454,7 +512,7 @@ func (s *Spool) Append(jobID, kind string, data json.RawMessage) (protocol.Recor
 		err = s.writeFailed(j, err)
 		j.mu.Unlock()
 		s.setHealth(err)
-		return protocol.Record{}, err
+		return nil, err
 	}
 	j.offs = append(j.offs, j.size)
 	j.size += int64(len(frame))
@@ -466,21 +524,7 @@ func (s *Spool) Append(jobID, kind string, data json.RawMessage) (protocol.Recor
 	j.mu.Unlock()
 	s.records.Add(1)
 	s.bytes.Add(int64(len(frame)))
-
-	b := s.join(j)
-	<-b.done
-
-	j.mu.Lock()
-	durable := j.epoch == epoch && j.durableSeq >= rec.Seq
-	syncErr := j.syncErr
-	j.mu.Unlock()
-	if !durable {
-		if syncErr == nil {
-			syncErr = errors.New("the sync did not cover it")
-		}
-		return protocol.Record{}, fmt.Errorf("append %s record %d to job %s: not durable: %w", kind, rec.Seq, jobID, syncErr)
-	}
-	return rec, nil
+	return &Commit{s: s, j: j, rec: rec, epoch: epoch, b: s.join(j)}, nil
 }
 
 // enterJob registers an Append with Close and finds or makes the job.

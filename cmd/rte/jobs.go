@@ -132,3 +132,14 @@ func (noFiles) Validate(*protocol.JobStart) error {
 func (noFiles) Prepare(context.Context, *protocol.JobStart, string) (jobs.Workspace, error) {
 	return jobs.Workspace{}, fmt.Errorf("no files")
 }
+
+// recorder gives the jobs package the spool's two-step append.
+type recorder struct{ *spool.Spool }
+
+func (r recorder) AppendAsync(job, kind string, data json.RawMessage) (jobs.Commit, error) {
+	c, err := r.Spool.AppendAsync(job, kind, data)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}

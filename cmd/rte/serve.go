@@ -159,7 +159,7 @@ func serveSettings(ctx context.Context, s *config.Settings, environ []string, lo
 	}
 	runner, err := jobs.New(jobs.Config{
 		Logger:         logger.Named("jobs"),
-		Recorder:       sp,
+		Recorder:       recorder{sp},
 		Files:          files,
 		Token:          token,
 		WorkDir:        jobsDir,

@@ -1,0 +1,15 @@
+package bundle_test
+
+import (
+	"os"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		removeBenchTrees()
+		os.Exit(code)
+	}))
+}
