@@ -146,13 +146,13 @@ func (r *runner) run() protocol.EndData {
 		return errorEnd("make events pipe: %v", err)
 	}
 	cmd := &exec.Cmd{
-		Path:        r.m.binary,
-		Args:        append([]string{r.m.binary}, buildArgs(r.j.js, ws, priv)...),
-		Env:         append(buildEnv(r.cfg.BaseEnv, r.j.js.Env, pluginEnv(r.cfg.PluginDir), priv.tmp), JobIDEnv+"="+r.j.id),
-		Dir:         ws.Dir,
-		Stdout:      outW, // one pipe for both keeps their order
-		Stderr:      outW,
-		ExtraFiles:  []*os.File{evW}, // fd 3, eventsFD
+		Path:       r.m.binary,
+		Args:       append([]string{r.m.binary}, buildArgs(r.j.js, ws, priv)...),
+		Env:        append(buildEnv(r.cfg.BaseEnv, r.j.js.Env, pluginEnv(r.cfg.PluginDir), priv.tmp), JobIDEnv+"="+r.j.id),
+		Dir:        ws.Dir,
+		Stdout:     outW, // one pipe for both keeps their order
+		Stderr:     outW,
+		ExtraFiles: []*os.File{evW}, // fd 3, eventsFD
 		// Pdeathsig stops ansible-playbook if the RTE dies without stopping it; what it
 		// forked is found again by KillLeftovers when the RTE restarts.
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
