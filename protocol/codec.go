@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 )
 
 // spec lists, per message type, how to make an empty value and which keys must be present.
@@ -111,6 +112,12 @@ func Decode(data []byte) (Message, error) {
 
 // Encode turns a message into one text frame with its "type" key first.
 func Encode(m Message) ([]byte, error) {
+	switch r := m.(type) {
+	case *Record:
+		return encodeRecord(r)
+	case Record:
+		return encodeRecord(&r)
+	}
 	body, err := json.Marshal(m)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s: %w", m.Type(), err)
@@ -125,5 +132,46 @@ func Encode(m Message) ([]byte, error) {
 	} else {
 		out = append(out, '}')
 	}
+	return out, nil
+}
+
+// encodeRecord writes a record by hand. Records carry the volume (every 64 KiB of a job's
+// output is one), and encoding/json would compact the raw data, a full scan and copy that cost
+// the RTE a third of its CPU; the data is checked with the same fast scanner Decode uses and
+// copied as it is.
+func encodeRecord(r *Record) ([]byte, error) {
+	s := jsonScanner{data: r.Data}
+	s.space()
+	if s.peek() != '{' || !s.object(nil) {
+		return nil, fmt.Errorf("encode record %s/%d: data is not a JSON object", clip(r.Job, 64), r.Seq)
+	}
+	s.space()
+	if s.pos != len(r.Data) {
+		return nil, fmt.Errorf("encode record %s/%d: data has bytes after its JSON object", clip(r.Job, 64), r.Seq)
+	}
+	job, err := json.Marshal(r.Job)
+	if err != nil {
+		return nil, err
+	}
+	kind, err := json.Marshal(r.Kind)
+	if err != nil {
+		return nil, err
+	}
+	at, err := r.At.MarshalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("encode record %s/%d: %w", clip(r.Job, 64), r.Seq, err)
+	}
+	out := make([]byte, 0, len(r.Data)+len(job)+len(kind)+len(at)+64)
+	out = append(out, `{"type":"record","job":`...)
+	out = append(out, job...)
+	out = append(out, `,"seq":`...)
+	out = strconv.AppendInt(out, r.Seq, 10)
+	out = append(out, `,"kind":`...)
+	out = append(out, kind...)
+	out = append(out, `,"at":`...)
+	out = append(out, at...)
+	out = append(out, `,"data":`...)
+	out = append(out, r.Data...)
+	out = append(out, '}')
 	return out, nil
 }
