@@ -73,10 +73,16 @@ type Config struct {
 	PollInterval time.Duration // DefaultPollInterval when 0
 	RedialMin    time.Duration // DefaultRedialMin when 0
 	RedialMax    time.Duration // DefaultRedialMax when 0
+
+	// Files packs and serves the bundles of jobs for runners that take their files from the
+	// app (RTE_FILES=transfer). Nil: such runners get only jobs submitted with files, and
+	// every bundle.want is answered bundle.missing.
+	Files BundleSource
 }
 
-// App is the app half of protocol v1 for inbound runners: registration, approval, pinned
-// dialling, job dispatch and record storage. Its methods are safe for concurrent use.
+// App is the app half of protocol v1 for inbound and outbound runners: registration,
+// approval, pinned dialling, the outbound endpoint, job dispatch and record storage. Its
+// methods are safe for concurrent use.
 type App struct {
 	cfg Config
 	log *zap.Logger
@@ -103,6 +109,8 @@ type App struct {
 
 	kick    chan struct{} // wakes Run's supervisor: a runner was approved or added
 	running atomic.Bool   // Run was called
+
+	out *outbound // sockets of outbound runners (outbound.go)
 }
 
 // New checks cfg and returns an App.
@@ -165,20 +173,25 @@ func New(cfg Config) (*App, error) {
 	if cfg.RedialMax == 0 {
 		cfg.RedialMax = DefaultRedialMax
 	}
+	log := cfg.Logger.Named("app")
 	return &App{
 		cfg:      cfg,
-		log:      cfg.Logger.Named("app"),
+		log:      log,
 		kick:     make(chan struct{}, 1),
 		secrets:  map[string]map[string]string{},
 		live:     map[string]*live{},
 		watchers: map[string]map[*watcher]struct{}{},
+		out:      newOutbound(log),
 	}, nil
 }
 
-// Handler serves the app's protocol endpoints: POST /api/v2/rte/register.
+// Handler serves the app's protocol endpoints: POST /api/v2/rte/register, and GET
+// /api/v2/rte/socket where outbound runners open their socket. The sockets it takes are served
+// until they end or Run returns; mount it on a server with header and read limits.
 func (a *App) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc(protocol.RegisterPath, a.serveRegister)
+	mux.HandleFunc(protocol.OutboundSocketPath, a.serveOutbound)
 	return mux
 }
 
@@ -194,8 +207,10 @@ func (a *App) ListRunners(ctx context.Context) ([]*Runner, error) {
 }
 
 // Approve pins the runner's pending certificate and approves it; an http:// runner is approved
-// without one. Approving a runner that is already approved with nothing pending does nothing. A
-// request that waited longer than WaitingTTL is gone (ErrNotFound), even if a page still shows it.
+// without one. An outbound runner that is connected hears {"type":"approved"} and takes jobs
+// from then on, on the same socket. Approving a runner that is already approved with nothing
+// pending does nothing. A request that waited longer than WaitingTTL is gone (ErrNotFound), even
+// if a page still shows it.
 func (a *App) Approve(ctx context.Context, name string) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -222,7 +237,9 @@ func (a *App) Approve(ctx context.Context, name string) error {
 	r.PendingCertificate = nil
 	r.State = StateApproved
 	r.ApprovedAt = a.cfg.Now()
+	undo := a.tellApproved(ctx, r)
 	if err := a.cfg.Store.PutRunner(ctx, r); err != nil {
+		undo()
 		return fmt.Errorf("approve runner %q: %w", name, err)
 	}
 	a.wakeRun()
@@ -235,21 +252,30 @@ func (a *App) Approve(ctx context.Context, name string) error {
 }
 
 // Reject removes the runner and the token stored with it. An RTE that registers again after
-// a rejection starts over as a new request.
+// a rejection starts over as a new request. A connected outbound runner hears
+// {"type":"rejected","reason"} and its socket is closed with 4003; Reject waits a moment for
+// that (see rejectedFlush).
 func (a *App) Reject(ctx context.Context, name, reason string) error {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	r, err := a.cfg.Store.GetRunner(ctx, name)
-	if err != nil {
-		return fmt.Errorf("reject runner %q: %w", name, err)
+	if err == nil {
+		err = a.cfg.Store.DeleteRunner(ctx, name)
 	}
-	if err := a.cfg.Store.DeleteRunner(ctx, name); err != nil {
+	var op *outboundPeer
+	if err == nil {
+		op = a.out.peer(name)
+	}
+	a.mu.Unlock()
+	if err != nil {
 		return fmt.Errorf("reject runner %q: %w", name, err)
 	}
 	a.log.Info("runner rejected and removed",
 		zap.String("name", name),
 		zap.String("state", string(r.State)),
 		zap.String("reason", clipText(reason, 300)))
+	if op != nil {
+		a.tellRejected(ctx, op, reason)
+	}
 	return nil
 }
 
@@ -349,7 +375,9 @@ func (a *App) pruneLocked(ctx context.Context) ([]*Runner, error) {
 	now := a.cfg.Now()
 	kept := all[:0]
 	for _, r := range all {
-		if isRequest(r) && now.Sub(r.RequestedAt) > a.cfg.WaitingTTL {
+		// An outbound runner waiting on its open socket is not a stale request: its RTE is
+		// there, and would only join again at once.
+		if isRequest(r) && now.Sub(r.RequestedAt) > a.cfg.WaitingTTL && a.out.peer(r.Name) == nil {
 			if err := a.cfg.Store.DeleteRunner(ctx, r.Name); err != nil && !errors.Is(err, ErrNotFound) {
 				return nil, fmt.Errorf("drop expired request of runner %q: %w", r.Name, err)
 			}

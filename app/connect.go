@@ -167,26 +167,9 @@ func (a *App) markSeen(ctx context.Context, name string, hello protocol.Hello) e
 // handshake reads the hello and writes the welcome on a socket no other goroutine uses yet. On
 // failure it closes the socket.
 func (a *App) handshake(ctx context.Context, ws *websocket.Conn, r *Runner) (hello protocol.Hello, welcome protocol.Welcome, err error) {
-	wait := a.cfg.HelloTimeout
-	deadline := time.Now().Add(wait)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline, wait = d, time.Until(d)
-	}
-	_ = ws.SetReadDeadline(deadline)
-	_ = ws.SetWriteDeadline(deadline)
-	// A blocked read can only be abandoned through its deadline: cancelling ctx moves both
-	// deadlines into the past.
-	fired := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		defer close(fired)
-		past := time.Unix(1, 0)
-		_ = ws.SetReadDeadline(past)
-		_ = ws.SetWriteDeadline(past)
-	})
+	wait, release := a.bindDeadline(ctx, ws)
 	defer func() {
-		if !stop() {
-			<-fired
-		}
+		release()
 		if err == nil && ctx.Err() != nil {
 			err = ctx.Err()
 		}
@@ -194,47 +177,9 @@ func (a *App) handshake(ctx context.Context, ws *websocket.Conn, r *Runner) (hel
 			_ = ws.Close()
 		}
 	}()
-
-	kind, data, err := ws.ReadMessage()
+	h, err := readHello(ctx, ws, wait)
 	if err != nil {
-		if ctx.Err() != nil {
-			return hello, welcome, ctx.Err()
-		}
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			return hello, welcome, fmt.Errorf("no hello within %s: whatever answers there accepted the socket but does not speak protocol v%d", wait.Round(time.Millisecond), protocol.Version)
-		}
-		return hello, welcome, fmt.Errorf("read hello: %w", err)
-	}
-	if kind != websocket.TextMessage {
-		closeWS(ws, protocol.CloseProtocolError, "hello expected")
-		return hello, welcome, errors.New("the runner's first frame is binary, not hello")
-	}
-	// The version is read before the full decode: a newer hello may not validate as a v1 one,
-	// and the runner must hear 4400, which says why, not a complaint about a field.
-	var head struct {
-		Type     string `json:"type"`
-		Protocol *int   `json:"protocol"`
-	}
-	if json.Unmarshal(data, &head) == nil && head.Type == protocol.TypeHello && head.Protocol != nil && *head.Protocol != protocol.Version {
-		closeWS(ws, protocol.CloseUnsupportedProtoV, fmt.Sprintf("protocol %d not supported, the app speaks %d", *head.Protocol, protocol.Version))
-		return hello, welcome, fmt.Errorf("the runner speaks protocol %d and this app speaks %d: run an RTE release that speaks protocol %d, or upgrade the app", *head.Protocol, protocol.Version, protocol.Version)
-	}
-	m, err := protocol.Decode(data)
-	if err != nil {
-		var de *protocol.DecodeError
-		if errors.As(err, &de) {
-			if b, eerr := protocol.Encode(de.Reply()); eerr == nil {
-				_ = ws.WriteMessage(websocket.TextMessage, b)
-			}
-		}
-		closeWS(ws, protocol.CloseProtocolError, "bad hello")
-		return hello, welcome, fmt.Errorf("bad hello: %w", err)
-	}
-	h, ok := m.(*protocol.Hello)
-	if !ok {
-		closeWS(ws, protocol.CloseProtocolError, "hello expected")
-		return hello, welcome, fmt.Errorf("the runner's first message is %s, not hello", m.Type())
+		return hello, welcome, err
 	}
 	acked, err := a.ackedFor(ctx, r.Name, h.Spooled)
 	if err != nil {
@@ -250,6 +195,80 @@ func (a *App) handshake(ctx context.Context, ws *websocket.Conn, r *Runner) (hel
 		return hello, welcome, fmt.Errorf("write welcome: %w", err)
 	}
 	return *h, welcome, nil
+}
+
+// bindDeadline bounds reads and writes on ws by HelloTimeout, or ctx's deadline when that is
+// sooner, and returns the bound. A blocked read can only be abandoned through its deadline, so
+// until release is called, cancelling ctx moves both deadlines into the past. release returns
+// once that can no longer happen.
+func (a *App) bindDeadline(ctx context.Context, ws *websocket.Conn) (wait time.Duration, release func()) {
+	wait = a.cfg.HelloTimeout
+	deadline := time.Now().Add(wait)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline, wait = d, time.Until(d)
+	}
+	_ = ws.SetReadDeadline(deadline)
+	_ = ws.SetWriteDeadline(deadline)
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(fired)
+		past := time.Unix(1, 0)
+		_ = ws.SetReadDeadline(past)
+		_ = ws.SetWriteDeadline(past)
+	})
+	return wait, func() {
+		if !stop() {
+			<-fired
+		}
+	}
+}
+
+// readHello reads the runner's first message, which must be a hello of this protocol version.
+// A runner that speaks another version is closed with 4400, which says why; a bad hello gets
+// an error message and a close with 1002. wait is the read's bound, for the error message.
+func readHello(ctx context.Context, ws *websocket.Conn, wait time.Duration) (*protocol.Hello, error) {
+	kind, data, err := ws.ReadMessage()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return nil, fmt.Errorf("no hello within %s: whatever answers there accepted the socket but does not speak protocol v%d", wait.Round(time.Millisecond), protocol.Version)
+		}
+		return nil, fmt.Errorf("read hello: %w", err)
+	}
+	if kind != websocket.TextMessage {
+		closeWS(ws, protocol.CloseProtocolError, "hello expected")
+		return nil, errors.New("the runner's first frame is binary, not hello")
+	}
+	// The version is read before the full decode: a newer hello may not validate as a v1 one,
+	// and the runner must hear 4400, which says why, not a complaint about a field.
+	var head struct {
+		Type     string `json:"type"`
+		Protocol *int   `json:"protocol"`
+	}
+	if json.Unmarshal(data, &head) == nil && head.Type == protocol.TypeHello && head.Protocol != nil && *head.Protocol != protocol.Version {
+		closeWS(ws, protocol.CloseUnsupportedProtoV, fmt.Sprintf("protocol %d not supported, the app speaks %d", *head.Protocol, protocol.Version))
+		return nil, fmt.Errorf("the runner speaks protocol %d and this app speaks %d: run an RTE release that speaks protocol %d, or upgrade the app", *head.Protocol, protocol.Version, protocol.Version)
+	}
+	m, err := protocol.Decode(data)
+	if err != nil {
+		var de *protocol.DecodeError
+		if errors.As(err, &de) {
+			if b, eerr := protocol.Encode(de.Reply()); eerr == nil {
+				_ = ws.WriteMessage(websocket.TextMessage, b)
+			}
+		}
+		closeWS(ws, protocol.CloseProtocolError, "bad hello")
+		return nil, fmt.Errorf("bad hello: %w", err)
+	}
+	h, ok := m.(*protocol.Hello)
+	if !ok {
+		closeWS(ws, protocol.CloseProtocolError, "hello expected")
+		return nil, fmt.Errorf("the runner's first message is %s, not hello", m.Type())
+	}
+	return h, nil
 }
 
 // ackedFor returns, for each job the runner has spooled, the highest seq the app has stored

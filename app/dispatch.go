@@ -77,6 +77,8 @@ type live struct {
 	// owned caches, per job id, whether the job belongs to this runner; only the goroutine
 	// that handles the runner's messages uses it.
 	owned map[string]bool
+
+	transfers transfers // bundles being sent (bundles.go)
 }
 
 func (lv *live) poke() {
@@ -144,12 +146,17 @@ type dialer struct {
 // socket it dispatches queued jobs as capacity allows, stores records exactly once and acks
 // them after they are stored. It also ends queued jobs older than QueueTimeout.
 //
+// Outbound runners are never dialled: they open their socket through Handler, and it is served
+// the same way. Run closes those sockets when it returns and refuses new ones from then on.
+//
 // Run blocks until ctx is done and all its goroutines have exited; it returns nil then. It may
 // be called once per App.
 func (a *App) Run(ctx context.Context) error {
 	if !a.running.CompareAndSwap(false, true) {
 		return errors.New("app: Run was already called; an App runs once")
 	}
+	// Outbound runners dialled in through Handler; their sockets end with Run.
+	defer a.out.shutdown()
 	a.failLostSecrets(ctx)
 	var wg sync.WaitGroup
 	dialers := map[string]*dialer{}
@@ -293,6 +300,7 @@ func (a *App) serve(ctx context.Context, peer *Peer) error {
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	defer lv.transfers.wg.Wait() // after cancel, which ends a transfer waiting for the socket
 	defer cancel()
 	wg.Add(2)
 	go func() {
@@ -493,6 +501,12 @@ func (a *App) dispatch(ctx context.Context, lv *live) error {
 				}
 			}
 			return nil
+		}
+		if ready, err := a.attachFiles(ctx, lv, j.ID); err != nil || !ready {
+			if err != nil {
+				return err
+			}
+			continue
 		}
 		start, ok, err := a.claim(ctx, j.ID, runner)
 		if err != nil {

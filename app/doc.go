@@ -9,6 +9,10 @@
 // approved runner and trusts exactly the certificate that was approved; the comparison happens
 // in the TLS handshake (package pinning), before the runner's token is sent.
 //
+// An outbound runner dials the app instead (Handler, GET /api/v2/rte/socket): the token and
+// the name must belong together, a first join waits for an admin on its open socket (approved
+// false in the welcome), and Approve or Reject tell it on that socket; see outbound.go.
+//
 // Run keeps one socket to each approved inbound runner. Submit queues a job; the runner's
 // dispatcher sends it when the runner has a free slot, and a job that waits longer than
 // QueueTimeout ends with status error saying why. Records are stored in batches, each batch in

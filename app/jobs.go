@@ -42,8 +42,8 @@ func (a *App) Submit(ctx context.Context, req JobRequest) (*Job, error) {
 	if r.State != StateApproved {
 		return nil, fmt.Errorf("submit job %q: runner %q is %s, not approved: approve it first", start.Job, r.Name, r.State)
 	}
-	if r.Files == protocol.FilesTransfer && start.Files == nil {
-		return nil, fmt.Errorf("submit job %q: runner %q takes files from the app (RTE_FILES=transfer), and the job names no bundles: give files, or set RTE_FILES=local on the runner", start.Job, r.Name)
+	if r.Files == protocol.FilesTransfer && start.Files == nil && a.cfg.Files == nil {
+		return nil, fmt.Errorf("submit job %q: runner %q takes files from the app (RTE_FILES=transfer), and the job names no bundles nor has the app a bundle source (Config.Files): give files, or set RTE_FILES=local on the runner", start.Job, r.Name)
 	}
 	secrets := start.Secrets
 	start.Secrets = nil

@@ -314,13 +314,7 @@ func (a *App) handleControl(ctx context.Context, lv *live, m protocol.Message) {
 		lv.mu.Unlock()
 		lv.poke()
 	case *protocol.BundleWant:
-		// Bundles are served by the layer that packs them (package bundle); until one is
-		// plugged in here, the runner hears at once that none will come, and the job ends
-		// error on its side instead of waiting.
-		for _, h := range m.Hashes {
-			_ = lv.peer.Send(ctx, protocol.BundleMissing{Hash: h,
-				Reason: "this app does not serve bundles: run the runner with RTE_FILES=local, or use an app that transfers files"})
-		}
+		a.serveBundles(ctx, lv, m)
 	case *protocol.Error:
 		log.Warn("runner answered a message with an error",
 			zap.String("code", clipText(m.Code, 64)), zap.String("ref", clipText(m.Ref, 128)),

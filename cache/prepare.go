@@ -213,7 +213,10 @@ func (c *Cache) unpack(ctx context.Context, ref protocol.BundleRef, dest string)
 		return fmt.Errorf("make %s: %w", dest, err)
 	}
 	if err := bundle.Unpack(ctx, f, dest, c.cfg.Unpack); err != nil {
-		return fmt.Errorf("unpack bundle %s: %w", ref.Hash, err)
+		if ctx.Err() != nil || isSystemError(err) {
+			return fmt.Errorf("unpack bundle %s: %w", ref.Hash, err)
+		}
+		return &BadBundleError{Hash: ref.Hash, Err: err}
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/rte-project/rte/protocol"
@@ -257,6 +258,9 @@ func (s *Settings) checkLimits(p *Problems, failed map[string]bool) {
 	}
 	if !failed["RTE_DEAD_AFTER"] && !deadOK {
 		p.add("RTE_DEAD_AFTER", "%s is not positive: give the silence after which a socket is dead, such as 45s (the default)", s.DeadAfter)
+	}
+	if !failed["RTE_CACHE_STALE_AFTER"] && s.CacheStaleAfter < 2*time.Second {
+		p.add("RTE_CACHE_STALE_AFTER", "%s is too short: an RTE heartbeats every quarter of it, so give at least 2s (default 10m, and only tests have a reason to change it)", s.CacheStaleAfter)
 	}
 	if pingOK && deadOK && s.DeadAfter <= s.PingInterval {
 		p.add("RTE_DEAD_AFTER", "%s is not longer than RTE_PING_INTERVAL (%s), so a healthy socket would be declared dead between two pings: make it about three times the interval (defaults 45s and 15s)", s.DeadAfter, s.PingInterval)

@@ -98,6 +98,11 @@ type Settings struct {
 	// WorkPath is where each job's private directory is made.
 	WorkPath string `env:"RTE_WORK_PATH" envDefault:"jobs"`
 
+	// CacheStaleAfter is how long an RTE sharing RTE_CACHE_PATH may go without a heartbeat
+	// before another RTE removes its directory there (its half-received bundles and job
+	// directories). Tests shorten it; operators have no reason to.
+	CacheStaleAfter time.Duration `env:"RTE_CACHE_STALE_AFTER" envDefault:"10m"`
+
 	// proxyFrom and noProxyFrom name the variable the value came from, for Effective.
 	proxyFrom, noProxyFrom string
 }

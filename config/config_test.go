@@ -105,6 +105,7 @@ func TestRefusals(t *testing.T) {
 		{"dead after not a duration", with("RTE_DEAD_AFTER=soon"), "RTE_DEAD_AFTER", "not a duration"},
 		{"dead after within ping", with("RTE_DEAD_AFTER=10s"), "RTE_DEAD_AFTER", "not longer than RTE_PING_INTERVAL"},
 		{"dead after equal to ping", with("RTE_PING_INTERVAL=20s", "RTE_DEAD_AFTER=20s"), "RTE_DEAD_AFTER", "not longer than RTE_PING_INTERVAL"},
+		{"cache stale time too short", with("RTE_CACHE_STALE_AFTER=1s"), "RTE_CACHE_STALE_AFTER", "at least 2s"},
 		{"local files without ANSIBLE_PATH", with("RTE_FILES=local", "REPO_PATH=/repo"), "ANSIBLE_PATH", "required when RTE_FILES=local"},
 		{"local files without REPO_PATH", with("RTE_FILES=local", "ANSIBLE_PATH=/pb"), "REPO_PATH", "required when RTE_FILES=local"},
 		{"unknown file mode", with("RTE_FILES=remote"), "RTE_FILES", "not a file mode"},
@@ -196,6 +197,7 @@ func TestDefaults(t *testing.T) {
 		{"RTE_PING_INTERVAL", s.PingInterval, protocol.PingInterval},
 		{"RTE_DEAD_AFTER", s.DeadAfter, protocol.DeadAfter},
 		{"RTE_WORK_PATH", s.WorkPath, "jobs"},
+		{"RTE_CACHE_STALE_AFTER", s.CacheStaleAfter, 10 * time.Minute},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
@@ -300,8 +302,8 @@ func TestEffectiveHidesSecrets(t *testing.T) {
 		"HTTPS_PROXY=http://proxyuser:proxy-password@proxy.example.com:3128",
 	))
 	eff := s.Effective()
-	if len(eff) != 30 {
-		t.Errorf("want the 30 variables of docs/settings.md, got %d", len(eff))
+	if len(eff) != 31 {
+		t.Errorf("want the 31 variables of docs/settings.md, got %d", len(eff))
 	}
 	want := map[string]string{
 		"RTE_TOKEN":      "set (fingerprint " + protocol.TokenFingerprint(token) + ")",
@@ -436,8 +438,8 @@ func FuzzLoad(f *testing.F) {
 			}
 			return
 		}
-		if got := len(s.Effective()); got != 30 {
-			t.Fatalf("%s=%q: want 30 effective settings, got %d", name, value, got)
+		if got := len(s.Effective()); got != 31 {
+			t.Fatalf("%s=%q: want 31 effective settings, got %d", name, value, got)
 		}
 		want := "set (fingerprint " + protocol.TokenFingerprint(string(s.Token)) + ")"
 		for _, st := range s.Effective() {

@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 	binDir = dir
 	code := func() int {
 		defer os.RemoveAll(dir)
-		for _, pkg := range []string{"rte"} {
+		for _, pkg := range []string{"rte", "rte-app"} {
 			args := []string{"build", "-o", filepath.Join(dir, pkg)}
 			if raceEnabled {
 				args = append(args, "-race")

@@ -24,8 +24,9 @@ import (
 const joinToken = "e2e-join-token-0123456789"
 
 // jobRig is the real app half (SQLite store, Run loop) with one real inbound RTE over TLS,
-// approved by join token, running playbooks from e2e/testdata with RTE_FILES=local. The app
-// reaches the RTE through a TCP proxy that a test can cut.
+// approved by join token, running playbooks from e2e/testdata with RTE_FILES=local (options
+// change that: withRTEEnv, withApp). The app reaches the RTE through a TCP proxy that a test
+// can cut.
 type jobRig struct {
 	t      testing.TB
 	App    *app.App
@@ -42,11 +43,17 @@ type jobRig struct {
 type rigOption func(*rigConfig)
 
 type rigConfig struct {
-	rteEnv []string
+	rteEnv  []string
+	appEdit func(*app.Config)
 }
 
 func withRTEEnv(kv ...string) rigOption {
 	return func(c *rigConfig) { c.rteEnv = append(c.rteEnv, kv...) }
+}
+
+// withApp changes the app's config before the app is made (a bundle source, say).
+func withApp(edit func(*app.Config)) rigOption {
+	return func(c *rigConfig) { c.appEdit = edit }
 }
 
 func newJobRig(t testing.TB, opts ...rigOption) *jobRig {
@@ -60,11 +67,15 @@ func newJobRig(t testing.TB, opts ...rigOption) *jobRig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	a, err := app.New(app.Config{
+	appCfg := app.Config{
 		Store: store, Logger: zaptest.NewLogger(t), Node: "app-1", JoinToken: joinToken,
 		RedialMin: 50 * time.Millisecond, RedialMax: 300 * time.Millisecond,
 		PollInterval: 100 * time.Millisecond,
-	})
+	}
+	if cfg.appEdit != nil {
+		cfg.appEdit(&appCfg)
+	}
+	a, err := app.New(appCfg)
 	if err != nil {
 		t.Fatal(err)
 	}

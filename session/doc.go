@@ -3,7 +3,12 @@
 // resend of every unacknowledged spooled record after each (re)connect, the stream of new
 // records as the spool grows, acks back into the spool, job.start/cancel and settings handed to
 // the jobs side, and capacity reports. The inbound server (Manager.Accept) and the outbound
-// dialer (Manager.Serve) hand their sockets to the same Manager.
+// Dialer (through Manager.Serve) hand their sockets to the same Manager.
+//
+// In outbound mode the Dialer keeps the socket: it dials APP_URL's outbound socket path with
+// the runner's token, name and join token, through HTTPS_PROXY, redials with jittered backoff,
+// and waits long after the app refused or rejected the runner, logging a run of failures once
+// rather than once per attempt.
 //
 // The RTE holds one socket at a time. A newer socket replaces the older one, which is closed
 // with 4001 "replaced"; the newer one starts again from what the app acknowledged, so a dropped
@@ -16,5 +21,6 @@
 //   - Start a job before the app's welcome, or while the app has not approved this runner.
 //   - Keep records in memory. It reads them from the Outbox (the spool) when it sends them and
 //     forgets them once they are written; the spool alone decides what is still unacked.
-//   - Dial, redial or listen. Whoever made the socket owns that.
+//   - Listen. The inbound listener is package server's; the Manager only serves sockets
+//     handed to it, and only the Dialer dials.
 package session

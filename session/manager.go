@@ -62,6 +62,9 @@ type Config struct {
 	Jobs Jobs
 	// Outbox is the spool; nil: nothing is sent and acks are answered "unexpected".
 	Outbox Outbox
+	// Bundles is the bundle cache of RTE_FILES=transfer, which Fetch fills; nil (local mode):
+	// Fetch fails and bundle frames are answered "unexpected".
+	Bundles BundleStore
 
 	PingInterval  time.Duration // keepalive ping; default protocol.PingInterval
 	DeadAfter     time.Duration // silence that ends a socket; default protocol.DeadAfter
@@ -98,6 +101,7 @@ type Manager struct {
 	defaultMax int
 
 	incoming chan incoming // Accept -> Run
+	bundles  transfers     // bundles jobs wait for (bundles.go)
 
 	mu      sync.Mutex
 	current *session
@@ -159,12 +163,9 @@ func (m *Manager) Accept(ws *websocket.Conn, r *http.Request) {
 }
 
 // Serve runs a session on a socket the RTE dialled and blocks until it ends. It returns why the
-// socket ended, or nil when ctx ended it. The caller owns redialling.
+// socket ended, or nil when ctx ended it. The caller owns redialling; Dialer does all of it.
 func (m *Manager) Serve(ctx context.Context, ws *websocket.Conn) error {
-	err := m.serve(ctx, incoming{ws: ws, remote: ws.RemoteAddr().String()}, dirOutbound)
-	if ctx.Err() != nil {
-		return nil
-	}
+	_, err := m.serveDialled(ctx, ws, nil)
 	return err
 }
 
@@ -187,7 +188,7 @@ func (m *Manager) Run(ctx context.Context) error {
 			m.wg.Add(1)
 			go func() {
 				defer m.wg.Done()
-				_ = m.serve(ctx, in, dirInbound)
+				_ = m.serve(ctx, in, dirInbound, nil)
 			}()
 		}
 	}
@@ -239,8 +240,9 @@ func (m *Manager) Welcomed() (approved bool, ok bool) {
 	return cur.approval()
 }
 
-// serve runs one session on ws, replacing the current one, and returns why it ended.
-func (m *Manager) serve(ctx context.Context, in incoming, direction string) error {
+// serve runs one session on ws, replacing the current one, and returns why it ended. opened,
+// when not nil, is called with the session before it runs; it must not block.
+func (m *Manager) serve(ctx context.Context, in incoming, direction string, opened func(*session)) error {
 	if got := in.ws.Subprotocol(); got != protocol.Subprotocol {
 		closeRaw(in.ws, protocol.CloseProtocolError, "subprotocol "+protocol.Subprotocol+" was not agreed")
 		return fmt.Errorf("socket from %s agreed subprotocol %q, want %q", in.remote, peerText(got, 64), protocol.Subprotocol)
@@ -273,6 +275,9 @@ func (m *Manager) serve(ctx context.Context, in incoming, direction string) erro
 		m.met.replaced.Inc()
 		prev.log.Info("replaced by a newer socket")
 		prev.conn.Close(protocol.CloseReplaced, "replaced")
+	}
+	if opened != nil {
+		opened(s)
 	}
 	err := s.run(ctx, prev)
 

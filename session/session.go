@@ -207,7 +207,10 @@ func (s *session) read(ctx context.Context) {
 			return
 		}
 		if kind == websocket.BinaryMessage {
-			s.unexpected(ctx, "", "binary frames (bundle chunks) are not handled by this RTE yet")
+			if stop := s.onChunk(ctx, data); stop {
+				s.drain()
+				return
+			}
 			continue
 		}
 		m, err := protocol.Decode(data)
@@ -250,6 +253,7 @@ func (s *session) handle(ctx context.Context, msg protocol.Message) (stop bool) 
 	case *protocol.Approved:
 		s.approved.Store(true)
 		s.log.Info("the app approved this runner")
+		s.m.askForBundles(s) // jobs may wait for bundles since an earlier socket
 	case *protocol.Rejected:
 		s.approved.Store(false)
 		s.log.Warn("the app rejected this runner; an admin must approve it at the app", zap.String("reason", peerText(m.Reason, maxPeerText)))
@@ -278,7 +282,11 @@ func (s *session) handle(ctx context.Context, msg protocol.Message) (stop bool) 
 	case *protocol.Error:
 		s.log.Warn("the app reported an error", zap.String("code", peerText(m.Code, 64)),
 			zap.String("message", peerText(m.Message, maxPeerText)), zap.String("ref", peerText(m.Ref, 128)))
-	case *protocol.Check, *protocol.BundleEnd, *protocol.BundleMissing:
+	case *protocol.BundleEnd:
+		return s.onBundleEnd(ctx, m)
+	case *protocol.BundleMissing:
+		return s.onBundleMissing(ctx, m)
+	case *protocol.Check:
 		s.unexpected(ctx, refOf(m), m.Type()+": this RTE does not handle it yet")
 	default:
 		s.unexpected(ctx, refOf(m), m.Type()+": only the RTE sends this message, not the app")
@@ -316,6 +324,7 @@ func (s *session) onWelcome(ctx context.Context, w *protocol.Welcome) (stop bool
 	close(s.welcomed)
 	s.log.Info("welcomed", zap.String("node", peerText(w.Node, 128)), zap.Bool("approved", w.Approved),
 		zap.Int("max_jobs", w.MaxJobs), zap.Int("acked_jobs", len(w.Acked)))
+	s.m.askForBundles(s) // jobs still waiting for bundles ask again on this socket
 	return false
 }
 

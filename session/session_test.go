@@ -363,7 +363,7 @@ func TestUnexpectedMessages(t *testing.T) {
 		says string
 	}{
 		{"check", &protocol.Check{ID: "c1", Targets: []protocol.CheckTarget{{Host: "h", Transport: "ssh"}}}, "c1", "does not handle"},
-		{"bundle.end", &protocol.BundleEnd{Hash: "sha256:" + strings.Repeat("a", 64)}, "sha256:" + strings.Repeat("a", 64), "does not handle"},
+		{"bundle.end", &protocol.BundleEnd{Hash: "sha256:" + strings.Repeat("a", 64)}, "sha256:" + strings.Repeat("a", 64), "receives no bundles"},
 		{"hello", &staticHello, "", "only the RTE sends"},
 		{"record", &protocol.Record{Job: "j1", Seq: 1, Kind: "log", Data: []byte(`{}`)}, "j1", "only the RTE sends"},
 		{"second welcome", &approved, "", "welcomed already"},

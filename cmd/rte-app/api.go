@@ -57,8 +57,9 @@ type api struct {
 }
 
 // newHandler returns the reference app's whole HTTP surface: the protocol's registration
-// endpoint (unauthenticated by design: it only records requests for an admin) and the admin
-// API behind APP_ADMIN_TOKEN. closing ends the open streams when it is closed.
+// endpoint (unauthenticated by design: it only records requests for an admin), the admin
+// API behind APP_ADMIN_TOKEN under /api/, and the admin page everywhere else. closing ends
+// the open streams when it is closed.
 func newHandler(a *app.App, adminToken string, logger *zap.Logger, closing <-chan struct{}) http.Handler {
 	h := &api{app: a, log: logger, token: sha256.Sum256([]byte(adminToken)), closing: closing}
 	admin := http.NewServeMux()
@@ -77,7 +78,9 @@ func newHandler(a *app.App, adminToken string, logger *zap.Logger, closing <-cha
 
 	mux := http.NewServeMux()
 	mux.Handle("/api/v2/rte/", a.Handler())
-	mux.Handle("/", h.authenticate(admin))
+	mux.Handle("/api/", h.authenticate(admin))
+	// Everything else is the admin page, signed in with the same token (web.go).
+	mux.Handle("/", newWeb(h).routes())
 	return h.logRequests(mux)
 }
 
@@ -169,11 +172,47 @@ func (h *api) approve(w http.ResponseWriter, r *http.Request) {
 	if !decodeOptionalBody(w, r, &body) {
 		return
 	}
-	runner, ok := h.findRunner(w, r, name)
-	if !ok {
+	runner, err := h.approveRunner(r.Context(), name, body.CertificateFingerprint)
+	if err != nil {
+		h.writeFailure(w, "approve runner", err)
 		return
 	}
-	if want := strings.TrimSpace(body.CertificateFingerprint); want != "" {
+	st, live := h.app.Status(name)
+	writeJSON(w, http.StatusOK, newRunnerView(runner, st, live))
+}
+
+// refusal is a request the app turns down: the status to answer and a message that names
+// what was wrong and what to do. The admin API sends it as JSON, the admin page on the page.
+type refusal struct {
+	status int
+	msg    string
+}
+
+func (e *refusal) Error() string { return e.msg }
+
+func refuse(status int, format string, args ...any) *refusal {
+	return &refusal{status: status, msg: fmt.Sprintf(format, args...)}
+}
+
+// writeFailure answers a refusal with its status and message, and anything else as a 500.
+func (h *api) writeFailure(w http.ResponseWriter, what string, err error) {
+	var ref *refusal
+	if errors.As(err, &ref) {
+		writeError(w, ref.status, "%s", ref.msg)
+		return
+	}
+	h.internal(w, what, err)
+}
+
+// approveRunner approves the named runner and returns it as stored afterwards. With a
+// fingerprint, the approval goes through only if that is the certificate waiting, so what is
+// approved is what the admin compared. Refusals are *refusal.
+func (h *api) approveRunner(ctx context.Context, name, fingerprint string) (*app.Runner, error) {
+	runner, err := h.lookupRunner(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if want := strings.TrimSpace(fingerprint); want != "" {
 		// The check and the approval are two steps; a registration landing between them could
 		// swap the pending certificate. The window is a store round trip, and such a
 		// registration must carry the runner's own token.
@@ -183,29 +222,20 @@ func (h *api) approve(w http.ResponseWriter, r *http.Request) {
 		}
 		switch {
 		case got == "":
-			writeError(w, http.StatusConflict, "runner %q has no certificate waiting for approval, so certificate_fingerprint %s cannot match", name, quote(want))
-			return
+			return nil, refuse(http.StatusConflict, "runner %q has no certificate waiting for approval, so certificate_fingerprint %s cannot match", name, quote(want))
 		case !strings.EqualFold(got, want):
-			writeError(w, http.StatusConflict, "certificate_fingerprint: the certificate waiting for runner %q is %s, not %s: compare again with the RTE's log before approving", name, got, quote(want))
-			return
+			return nil, refuse(http.StatusConflict, "certificate_fingerprint: the certificate waiting for runner %q is %s, not %s: compare again with the RTE's log before approving", name, got, quote(want))
 		}
 	}
-	if err := h.app.Approve(r.Context(), name); err != nil {
+	if err := h.app.Approve(ctx, name); err != nil {
 		if errors.Is(err, app.ErrNotFound) {
-			writeError(w, http.StatusNotFound, "no runner named %s (a request waiting longer than the waiting time is dropped)", quote(name))
-			return
+			return nil, refuse(http.StatusNotFound, "no runner named %s (a request waiting longer than the waiting time is dropped)", quote(name))
 		}
 		// Approve refuses an https:// runner without a certificate waiting; anything else is
 		// the store's, and its text says so.
-		writeError(w, http.StatusConflict, "%v", err)
-		return
+		return nil, refuse(http.StatusConflict, "%v", err)
 	}
-	runner, ok = h.findRunner(w, r, name)
-	if !ok {
-		return
-	}
-	st, live := h.app.Status(name)
-	writeJSON(w, http.StatusOK, newRunnerView(runner, st, live))
+	return h.lookupRunner(ctx, name)
 }
 
 func (h *api) reject(w http.ResponseWriter, r *http.Request) {
@@ -225,20 +255,18 @@ func (h *api) reject(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, rejectResponse{Rejected: name})
 }
 
-// findRunner returns the named runner, or answers 404 (or 500) and returns false.
-func (h *api) findRunner(w http.ResponseWriter, r *http.Request, name string) (*app.Runner, bool) {
-	runners, err := h.app.ListRunners(r.Context())
+// lookupRunner returns the named runner; an unknown name is a 404 *refusal.
+func (h *api) lookupRunner(ctx context.Context, name string) (*app.Runner, error) {
+	runners, err := h.app.ListRunners(ctx)
 	if err != nil {
-		h.internal(w, "list runners", err)
-		return nil, false
+		return nil, fmt.Errorf("list runners: %w", err)
 	}
 	for _, rn := range runners {
 		if rn.Name == name {
-			return rn, true
+			return rn, nil
 		}
 	}
-	writeError(w, http.StatusNotFound, "no runner named %s: GET /api/v2/runners lists them", quote(name))
-	return nil, false
+	return nil, refuse(http.StatusNotFound, "no runner named %s: GET /api/v2/runners lists them", quote(name))
 }
 
 func (h *api) submit(w http.ResponseWriter, r *http.Request) {
@@ -246,15 +274,25 @@ func (h *api) submit(w http.ResponseWriter, r *http.Request) {
 	if !decodeBody(w, r, maxJobBody, &body, true) {
 		return
 	}
-	req, err := body.toJobRequest()
+	job, err := h.submitJob(r.Context(), body)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v", err)
+		h.writeFailure(w, "submit job", err)
 		return
 	}
-	runners, err := h.app.ListRunners(r.Context())
+	w.Header().Set("Location", "/api/v2/jobs/"+job.ID)
+	writeJSON(w, http.StatusCreated, newJobView(job))
+}
+
+// submitJob checks a job request and queues it. Refusals (bad input, a runner that is
+// unknown, not approved or unable to take the job) are *refusal naming the field.
+func (h *api) submitJob(ctx context.Context, body jobRequest) (*app.Job, error) {
+	req, err := body.toJobRequest()
 	if err != nil {
-		h.internal(w, "list runners", err)
-		return
+		return nil, refuse(http.StatusBadRequest, "%v", err)
+	}
+	runners, err := h.app.ListRunners(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list runners: %w", err)
 	}
 	var runner *app.Runner
 	for _, rn := range runners {
@@ -264,30 +302,24 @@ func (h *api) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case runner == nil:
-		writeError(w, http.StatusBadRequest, "runner: no runner named %s: GET /api/v2/runners lists them", quote(req.Runner))
-		return
+		return nil, refuse(http.StatusBadRequest, "runner: no runner named %s: GET /api/v2/runners lists them", quote(req.Runner))
 	case runner.State != app.StateApproved:
-		writeError(w, http.StatusConflict, "runner: %s is %s, not approved: approve it first (POST /api/v2/runners/%s/approve)", quote(req.Runner), runner.State, runner.Name)
-		return
-	case runner.Files == protocol.FilesTransfer:
-		writeError(w, http.StatusConflict, "runner: %s takes its files from the app (RTE_FILES=transfer), and this app does not send bundles yet: start the RTE with RTE_FILES=local, ANSIBLE_PATH and REPO_PATH", quote(req.Runner))
-		return
+		return nil, refuse(http.StatusConflict, "runner: %s is %s, not approved: approve it first (POST /api/v2/runners/%s/approve)", quote(req.Runner), runner.State, runner.Name)
+	case runner.Files == protocol.FilesTransfer && !h.app.SendsFiles():
+		return nil, refuse(http.StatusConflict, "runner: %s takes its files from the app (RTE_FILES=transfer), and this app has none to send: set APP_PLAYBOOKS_PATH (and APP_INVENTORY_PATH) on the app, or start the RTE with RTE_FILES=local, ANSIBLE_PATH and REPO_PATH", quote(req.Runner))
 	}
-	job, err := h.app.Submit(r.Context(), req)
+	job, err := h.app.Submit(ctx, req)
 	if err != nil {
 		var fe *protocol.FieldError
 		switch {
 		case errors.As(err, &fe):
-			writeError(w, http.StatusBadRequest, "%s: %s", fe.Field, fe.Reason)
+			return nil, refuse(http.StatusBadRequest, "%s: %s", fe.Field, fe.Reason)
 		case errors.Is(err, app.ErrNotFound):
-			writeError(w, http.StatusBadRequest, "runner: no runner named %s", quote(req.Runner))
-		default:
-			h.internal(w, "submit job", err)
+			return nil, refuse(http.StatusBadRequest, "runner: no runner named %s", quote(req.Runner))
 		}
-		return
+		return nil, err
 	}
-	w.Header().Set("Location", "/api/v2/jobs/"+job.ID)
-	writeJSON(w, http.StatusCreated, newJobView(job))
+	return job, nil
 }
 
 // envName is a plain environment variable name, as the RTE accepts them.

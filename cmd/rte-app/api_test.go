@@ -24,7 +24,7 @@ func TestAdminAPIRefusesWithoutTheToken(t *testing.T) {
 		{"GET", "/api/v2/jobs/x/records"},
 		{"GET", "/api/v2/jobs/x/stream"},
 		{"POST", "/api/v2/jobs/x/cancel"},
-		{"GET", "/no/such/endpoint"},
+		{"GET", "/api/v2/no/such/endpoint"},
 	}
 	auths := []struct{ name, header, want string }{
 		{"missing", "", "missing Authorization"},

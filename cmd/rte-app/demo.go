@@ -24,6 +24,7 @@ import (
 
 	"github.com/rte-project/rte/app"
 	"github.com/rte-project/rte/app/sqlitestore"
+	"github.com/rte-project/rte/protocol"
 )
 
 // Demo timing; variables so a test can shorten them.
@@ -45,6 +46,7 @@ type demoOptions struct {
 	rte      string // the rte binary
 	examples string // holds playbooks/site.yml and inventory/hosts.yml
 	ssh      bool   // add a second host reached over a real sshd on loopback
+	files    string // the RTE's RTE_FILES: transfer (the app sends examples/) or local
 	verbose  bool   // echo the app's and the RTE's logs
 	keep     bool   // keep the work directory
 	path     string // PATH for the RTE, so it finds ansible-playbook
@@ -57,6 +59,7 @@ func demo(ctx context.Context, args, environ []string, stdout, stderr io.Writer)
 	fs.StringVar(&o.rte, "rte", "", "the rte binary (default: rte next to rte-app, else on PATH)")
 	fs.StringVar(&o.examples, "examples", "examples", "the directory holding playbooks/site.yml and inventory/hosts.yml")
 	fs.BoolVar(&o.ssh, "ssh", sshDefault(), "also run the playbook on a second host over a real sshd on 127.0.0.1 (default on as root when "+sshdPath+" exists)")
+	fs.StringVar(&o.files, "files", "transfer", "the RTE's RTE_FILES: transfer (the app packs examples/ and sends it) or local (the RTE reads examples/ itself)")
 	fs.BoolVar(&o.verbose, "verbose", false, "also print the app's and the RTE's logs")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory (logs, database, spool) for a look afterwards")
 	if err := noArgs(fs, args); err != nil {
@@ -92,6 +95,9 @@ func (o *demoOptions) resolve() error {
 	}
 	if !isExecutable(o.rte) {
 		return fmt.Errorf("--rte %s is not an executable file", o.rte)
+	}
+	if o.files != protocol.FilesTransfer && o.files != protocol.FilesLocal {
+		return fmt.Errorf("--files %s: use transfer (the app sends the playbooks) or local (the RTE reads them itself)", o.files)
 	}
 	var err error
 	if o.rte, err = filepath.Abs(o.rte); err != nil {
@@ -191,7 +197,20 @@ func (d *demoRun) run(ctx context.Context) int {
 		return d.fail("open %s: %v", dbPath, err)
 	}
 	defer store.Close()
-	a, err := app.New(app.Config{Store: store, Logger: logger, Node: "demo-app"})
+	// In transfer mode the app holds the files: its own copy of examples/, packed and sent to
+	// the RTE as bundles.
+	var files *bundleSource
+	if d.o.files == protocol.FilesTransfer {
+		files, err = newBundleSource(&settings{
+			DB: dbPath, FilesMaxMB: 512, BundleCacheMB: 2048,
+			PlaybooksPath: filepath.Join(d.o.examples, "playbooks"),
+			InventoryPath: filepath.Join(d.o.examples, "inventory"),
+		}, logger)
+		if err != nil {
+			return d.fail("%v", err)
+		}
+	}
+	a, err := app.New(app.Config{Store: store, Logger: logger, Node: "demo-app", Files: files.filesConfig()})
 	if err != nil {
 		return d.fail("%v", err)
 	}
@@ -235,6 +254,9 @@ func (d *demoRun) run(ctx context.Context) int {
 			return d.fail("%v", err)
 		}
 		hosts = "localhost and ssh-loopback"
+		if files != nil {
+			files.inventory = repoPath // set before the RTE starts, so before any job reads it
+		}
 		d.say("sshd listens on 127.0.0.1:%d with host key %s, known to the RTE's ssh in advance", h.Port, h.HostKeyFP)
 	}
 
@@ -258,15 +280,16 @@ func (d *demoRun) run(ctx context.Context) int {
 		"PORT=" + strconv.Itoa(port),
 		"RTE_URL=" + rteURL,
 		"APP_URL=" + appURL,
-		"RTE_FILES=local",
-		"ANSIBLE_PATH=" + filepath.Join(d.o.examples, "playbooks"),
-		"REPO_PATH=" + repoPath,
+		"RTE_FILES=" + d.o.files,
 		"RTE_SPOOL_PATH=" + filepath.Join(rteDir, "spool"),
 		"RTE_WORK_PATH=" + filepath.Join(rteDir, "jobs"),
 		"RTE_CACHE_PATH=" + filepath.Join(rteDir, "cache"),
 		"RTE_DRAIN_SECONDS=10",
 		"LOG_FORMAT=json",
 		"LOG_LEVEL=info",
+	}
+	if d.o.files == protocol.FilesLocal {
+		rteEnv = append(rteEnv, "ANSIBLE_PATH="+filepath.Join(d.o.examples, "playbooks"), "REPO_PATH="+repoPath)
 	}
 	var echo io.Writer
 	if d.o.verbose {
@@ -282,7 +305,7 @@ func (d *demoRun) run(ctx context.Context) int {
 			fmt.Fprintf(d.errOut, "rte-app demo: %v\n", err)
 		}
 	}()
-	d.say("started the RTE (%s) on %s with a self-signed certificate", d.o.rte, rteURL)
+	d.say("started the RTE (%s) on %s with a self-signed certificate, RTE_FILES=%s", d.o.rte, rteURL, d.o.files)
 
 	logged, err := rte.waitStarting(ctx, demoStartTimeout)
 	if err != nil {

@@ -72,12 +72,17 @@ func serveSettings(ctx context.Context, s *settings, logger *zap.Logger) error {
 		return fmt.Errorf("open the database (APP_DB): %w", err)
 	}
 	defer store.Close()
+	files, err := newBundleSource(s, logger)
+	if err != nil {
+		return err
+	}
 	a, err := app.New(app.Config{
 		Store:        store,
 		Logger:       logger,
 		Node:         s.Node,
 		JoinToken:    string(s.JoinToken),
 		QueueTimeout: s.QueueTimeout(),
+		Files:        files.filesConfig(),
 	})
 	if err != nil {
 		return err
@@ -91,7 +96,9 @@ func serveSettings(ctx context.Context, s *settings, logger *zap.Logger) error {
 		zap.String("db", s.DB),
 		zap.String("node", s.Node),
 		zap.Bool("join_token", s.JoinToken != ""),
-		zap.Duration("queue_timeout", s.QueueTimeout()))
+		zap.Duration("queue_timeout", s.QueueTimeout()),
+		zap.String("playbooks", s.PlaybooksPath), zap.String("inventory", s.InventoryPath),
+		zap.Int("files_max_mb", s.FilesMaxMB))
 	return serveApp(ctx, a, ln, string(s.AdminToken), logger)
 }
 

@@ -32,11 +32,18 @@ type settings struct {
 	JoinToken secret `env:"RTE_JOIN_TOKEN"`
 	// QueueMinutes is how long a job waits for its runner before it ends with status error.
 	QueueMinutes int `env:"RTE_QUEUE_MINUTES" envDefault:"60"`
-	// FilesMaxMB bounds a directory sent to a transfer-mode runner (MiB); kept for when the
-	// reference app sends bundles.
-	FilesMaxMB int    `env:"RTE_FILES_MAX_MB" envDefault:"512"`
-	LogLevel   string `env:"LOG_LEVEL" envDefault:"info"`
-	LogFormat  string `env:"LOG_FORMAT" envDefault:"json"`
+	// FilesMaxMB bounds a directory sent to a transfer-mode runner (MiB, of file bytes before
+	// compression); a job whose directory is larger ends error, saying to mount it on the RTE.
+	FilesMaxMB int `env:"RTE_FILES_MAX_MB" envDefault:"512"`
+	// PlaybooksPath and InventoryPath are the app's own copy of the playbook directory and of
+	// the inventory directory, sent as bundles to runners with RTE_FILES=transfer. Unset
+	// PlaybooksPath: the app sends no files, and such runners are refused jobs.
+	PlaybooksPath string `env:"APP_PLAYBOOKS_PATH"`
+	InventoryPath string `env:"APP_INVENTORY_PATH"`
+	// BundleCacheMB bounds the packed bundles kept beside the database (MiB).
+	BundleCacheMB int    `env:"APP_BUNDLE_CACHE_MB" envDefault:"2048"`
+	LogLevel      string `env:"LOG_LEVEL" envDefault:"info"`
+	LogFormat     string `env:"LOG_FORMAT" envDefault:"json"`
 }
 
 // QueueTimeout is RTE_QUEUE_MINUTES as a duration.
@@ -125,6 +132,22 @@ func (s *settings) check(p *settingsError, failed map[string]bool) {
 	}
 	if !failed["RTE_FILES_MAX_MB"] && s.FilesMaxMB < 1 {
 		p.add("RTE_FILES_MAX_MB", "is %d; give at least 1 (MiB, default 512)", s.FilesMaxMB)
+	}
+	if !failed["APP_BUNDLE_CACHE_MB"] && s.BundleCacheMB < 1 {
+		p.add("APP_BUNDLE_CACHE_MB", "is %d; give at least 1 (MiB, default 2048)", s.BundleCacheMB)
+	}
+	for _, d := range []struct{ name, path string }{{"APP_PLAYBOOKS_PATH", s.PlaybooksPath}, {"APP_INVENTORY_PATH", s.InventoryPath}} {
+		if d.path == "" {
+			continue
+		}
+		if fi, err := os.Stat(d.path); err != nil {
+			p.add(d.name, "%s cannot be read (%v); give the directory the app packs for runners with RTE_FILES=transfer", quote(d.path), err)
+		} else if !fi.IsDir() {
+			p.add(d.name, "%s is not a directory", quote(d.path))
+		}
+	}
+	if s.InventoryPath != "" && s.PlaybooksPath == "" {
+		p.add("APP_INVENTORY_PATH", "is set without APP_PLAYBOOKS_PATH; the app sends files only when it has the playbooks too")
 	}
 	s.LogLevel = strings.ToLower(s.LogLevel)
 	if s.LogLevel != "debug" && s.LogLevel != "info" && s.LogLevel != "warn" && s.LogLevel != "error" {

@@ -22,7 +22,7 @@ func TestSettingsDefaults(t *testing.T) {
 	}
 	want := settings{
 		Listen: "127.0.0.1:8080", DB: "rte-app.db", Node: "host-a", AdminToken: goodAdminToken,
-		QueueMinutes: 60, FilesMaxMB: 512, LogLevel: "info", LogFormat: "json",
+		QueueMinutes: 60, FilesMaxMB: 512, BundleCacheMB: 2048, LogLevel: "info", LogFormat: "json",
 	}
 	if *s != want {
 		t.Errorf("defaults = %+v, want %+v", *s, want)
@@ -45,7 +45,7 @@ func TestSettingsValues(t *testing.T) {
 	}
 	want := settings{
 		Listen: ":9090", DB: "rte-app.db", Node: "app-2", AdminToken: goodAdminToken, JoinToken: "join-token-0123456789",
-		QueueMinutes: 5, FilesMaxMB: 64, LogLevel: "debug", LogFormat: "console",
+		QueueMinutes: 5, FilesMaxMB: 64, BundleCacheMB: 2048, LogLevel: "debug", LogFormat: "console",
 	}
 	if *s != want {
 		t.Errorf("settings = %+v, want %+v", *s, want)
@@ -70,6 +70,10 @@ func TestSettingsRefusals(t *testing.T) {
 		{"queue not a number", []string{"APP_ADMIN_TOKEN=" + goodAdminToken, "RTE_QUEUE_MINUTES=soon"}, []string{`RTE_QUEUE_MINUTES: "soon" is not a whole number; the default is 60`}},
 		{"queue zero", []string{"APP_ADMIN_TOKEN=" + goodAdminToken, "RTE_QUEUE_MINUTES=0"}, []string{"RTE_QUEUE_MINUTES: is 0"}},
 		{"files max negative", []string{"APP_ADMIN_TOKEN=" + goodAdminToken, "RTE_FILES_MAX_MB=-1"}, []string{"RTE_FILES_MAX_MB: is -1"}},
+		{"bundle cache zero", []string{"APP_ADMIN_TOKEN=" + goodAdminToken, "APP_BUNDLE_CACHE_MB=0"}, []string{"APP_BUNDLE_CACHE_MB: is 0"}},
+		{"playbooks path missing", []string{"APP_ADMIN_TOKEN=" + goodAdminToken, "APP_PLAYBOOKS_PATH=/nonexistent/playbooks"}, []string{`APP_PLAYBOOKS_PATH: "/nonexistent/playbooks" cannot be read`}},
+		{"playbooks path a file", []string{"APP_ADMIN_TOKEN=" + goodAdminToken, "APP_PLAYBOOKS_PATH=settings.go"}, []string{`APP_PLAYBOOKS_PATH: "settings.go" is not a directory`}},
+		{"inventory without playbooks", []string{"APP_ADMIN_TOKEN=" + goodAdminToken, "APP_INVENTORY_PATH=testdata"}, []string{"APP_INVENTORY_PATH: is set without APP_PLAYBOOKS_PATH"}},
 		{"log level", []string{"APP_ADMIN_TOKEN=" + goodAdminToken, "LOG_LEVEL=loud"}, []string{`LOG_LEVEL: "loud" is not debug`}},
 		{"log format", []string{"APP_ADMIN_TOKEN=" + goodAdminToken, "LOG_FORMAT=xml"}, []string{`LOG_FORMAT: "xml" is not json or console`}},
 		{"every problem at once", []string{"RTE_QUEUE_MINUTES=x", "RTE_FILES_MAX_MB=y", "LOG_FORMAT=xml", "APP_LISTEN=nope"},

@@ -122,17 +122,6 @@ func ansibleVersion(logger *zap.Logger) string {
 	return v
 }
 
-// noFiles refuses every job in transfer mode until the bundle cache is wired in.
-type noFiles struct{}
-
-func (noFiles) Validate(*protocol.JobStart) error {
-	return fmt.Errorf("this RTE does not receive files yet: set RTE_FILES=local with ANSIBLE_PATH and REPO_PATH")
-}
-
-func (noFiles) Prepare(context.Context, *protocol.JobStart, string) (jobs.Workspace, error) {
-	return jobs.Workspace{}, fmt.Errorf("no files")
-}
-
 // recorder gives the jobs package the spool's two-step append.
 type recorder struct{ *spool.Spool }
 

@@ -19,10 +19,10 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/rte-project/rte/config"
+	"github.com/rte-project/rte/jobs"
 	"github.com/rte-project/rte/pinning"
 	"github.com/rte-project/rte/protocol"
 	"github.com/rte-project/rte/server"
-	"github.com/rte-project/rte/jobs"
 	"github.com/rte-project/rte/session"
 	"github.com/rte-project/rte/spool"
 )
@@ -153,16 +153,16 @@ func serveSettings(ctx context.Context, s *config.Settings, environ []string, lo
 	if err != nil {
 		return err
 	}
-	var files jobs.Preparer = noFiles{}
-	if s.Files == protocol.FilesLocal {
-		files = jobs.LocalFiles{AnsiblePath: s.AnsiblePath, RepoPath: s.RepoPath}
+	files, err := newFileSource(s, logger)
+	if err != nil {
+		return err
 	}
 	runner, err := jobs.New(jobs.Config{
 		Logger:         logger.Named("jobs"),
 		Recorder:       recorder{sp},
 		Files:          files,
 		Token:          token,
-		WorkDir:        jobsDir,
+		WorkDir:        files.workDir(jobsDir),
 		PluginDir:      pluginDir,
 		MaxJobs:        s.MaxJobs,
 		MaxOutputBytes: s.ProcessMaxBuffer,
@@ -180,6 +180,7 @@ func serveSettings(ctx context.Context, s *config.Settings, environ []string, lo
 		Registry: reg,
 		Jobs:     runner,
 		Outbox:   sp,
+		Bundles:  files.bundles(),
 		Hello: protocol.Hello{
 			Name: s.Name, Version: ver, Instance: hostname(), Mode: s.Mode, Files: s.Files,
 			MaxJobs: s.MaxJobs, TokenFingerprint: tokenFP, AnsibleVersion: ansibleVersion(logger),
@@ -187,6 +188,7 @@ func serveSettings(ctx context.Context, s *config.Settings, environ []string, lo
 		PingInterval: s.PingInterval,
 		DeadAfter:    s.DeadAfter,
 	})
+	files.fetch = sessions
 
 	var (
 		mu       sync.Mutex
@@ -204,6 +206,16 @@ func serveSettings(ctx context.Context, s *config.Settings, environ []string, lo
 		}
 		if err := sp.Healthy(); err != nil {
 			return fmt.Errorf("spool cannot be written: %w", err)
+		}
+		// Outbound, the RTE is only of use once its socket is up and the app has answered
+		// the hello; inbound, the app dials whenever it likes, so that is no condition.
+		if s.Mode == protocol.ModeOutbound {
+			if !sessions.Connected() {
+				return errors.New("no socket to the app: dialling APP_URL")
+			}
+			if _, ok := sessions.Welcomed(); !ok {
+				return errors.New("socket to the app open, waiting for its welcome")
+			}
 		}
 		return nil
 	}
@@ -238,6 +250,20 @@ func serveSettings(ctx context.Context, s *config.Settings, environ []string, lo
 	wg.Add(2)
 	go func() { defer wg.Done(); errs <- srv.Serve(runCtx, ln) }()
 	go func() { defer wg.Done(); errs <- sessions.Run(runCtx) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); files.run(runCtx) }()
+
+	if s.Mode == protocol.ModeOutbound {
+		dialer, err := appDialer(s, logger)
+		if err != nil {
+			stop()
+			wg.Wait()
+			return err
+		}
+		wg.Add(1)
+		// Run returns an error only for settings it cannot work with, at once; that stops the RTE.
+		go func() { defer wg.Done(); errs <- dialer.Run(runCtx, sessions) }()
+	}
 
 	if s.Mode == protocol.ModeInbound && s.AppURL != "" {
 		client, err := appHTTPClient(s, logger)
