@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/cipher"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -74,6 +75,24 @@ type Config struct {
 	RedialMin    time.Duration // DefaultRedialMin when 0
 	RedialMax    time.Duration // DefaultRedialMax when 0
 
+	// LeaseTTL is how long a runner's socket lease lasts without renewal when several app nodes
+	// share the store (lease.go); the holder renews it every third of that. DefaultLeaseTTL
+	// when 0.
+	LeaseTTL time.Duration
+	// LeasePoll is how often this node reads the leases: a job queued on another node reaches
+	// a runner whose socket is here within about this. DefaultLeasePoll when 0.
+	LeasePoll time.Duration
+
+	// SecretKey, when set, seals job secrets in the store so that any app node sharing it can
+	// dispatch the job (atrest.go); at least MinSecretKeyLength characters, the same on every
+	// node. Empty: secrets stay in the memory of the node that took the submit.
+	SecretKey string
+
+	// Seed reads the config seed: the runners an operator declares in a file (seed.go). ApplySeed
+	// calls it, and so does the outbound endpoint when a runner the seed kept in database mode
+	// signs in, so that an edited seed counts without a restart of the app. Nil: no seed.
+	Seed func() (*Seed, error)
+
 	// Files packs and serves the bundles of jobs for runners that take their files from the
 	// app (RTE_FILES=transfer). Nil: such runners get only jobs submitted with files, and
 	// every bundle.want is answered bundle.missing.
@@ -111,6 +130,12 @@ type App struct {
 	running atomic.Bool   // Run was called
 
 	out *outbound // sockets of outbound runners (outbound.go)
+
+	leases *leaseBook  // which app node holds each runner's socket (lease.go)
+	atRest cipher.AEAD // seals job secrets in the store; nil without Config.SecretKey (atrest.go)
+	seed   seedState   // the config seed last applied (seed.go)
+
+	checks checkWaiters // connection checks waiting for their check.result (check.go)
 }
 
 // New checks cfg and returns an App.
@@ -130,6 +155,9 @@ func New(cfg Config) (*App, error) {
 	if cfg.MaxWaiting < 0 {
 		problems = append(problems, fmt.Sprintf("MaxWaiting %d must not be negative", cfg.MaxWaiting))
 	}
+	if cfg.SecretKey != "" && len(cfg.SecretKey) < MinSecretKeyLength {
+		problems = append(problems, fmt.Sprintf("SecretKey is %d characters; use at least %d, the same on every app node (openssl rand -hex 32)", len(cfg.SecretKey), MinSecretKeyLength))
+	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration
@@ -138,6 +166,7 @@ func New(cfg Config) (*App, error) {
 		{"PingInterval", cfg.PingInterval}, {"DeadAfter", cfg.DeadAfter},
 		{"QueueTimeout", cfg.QueueTimeout}, {"PollInterval", cfg.PollInterval},
 		{"RedialMin", cfg.RedialMin}, {"RedialMax", cfg.RedialMax},
+		{"LeaseTTL", cfg.LeaseTTL}, {"LeasePoll", cfg.LeasePoll},
 	} {
 		if d.v < 0 {
 			problems = append(problems, fmt.Sprintf("%s %s must not be negative", d.name, d.v))
@@ -173,6 +202,19 @@ func New(cfg Config) (*App, error) {
 	if cfg.RedialMax == 0 {
 		cfg.RedialMax = DefaultRedialMax
 	}
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if cfg.LeasePoll == 0 {
+		cfg.LeasePoll = DefaultLeasePoll
+	}
+	var atRest cipher.AEAD
+	if cfg.SecretKey != "" {
+		var err error
+		if atRest, err = newAtRest(cfg.SecretKey); err != nil {
+			return nil, fmt.Errorf("app config: SecretKey: %w", err)
+		}
+	}
 	log := cfg.Logger.Named("app")
 	return &App{
 		cfg:      cfg,
@@ -182,6 +224,8 @@ func New(cfg Config) (*App, error) {
 		live:     map[string]*live{},
 		watchers: map[string]map[*watcher]struct{}{},
 		out:      newOutbound(log),
+		leases:   newLeaseBook(),
+		atRest:   atRest,
 	}, nil
 }
 
@@ -243,6 +287,9 @@ func (a *App) Approve(ctx context.Context, name string) error {
 		return fmt.Errorf("approve runner %q: %w", name, err)
 	}
 	a.wakeRun()
+	if r.Mode == protocol.ModeOutbound && a.out.peer(name) == nil {
+		a.wakeHolder(ctx, name) // its socket may be at another app node
+	}
 	a.log.Info("runner approved",
 		zap.String("name", name),
 		zap.String("url", r.URL),
@@ -275,13 +322,16 @@ func (a *App) Reject(ctx context.Context, name, reason string) error {
 		zap.String("reason", clipText(reason, 300)))
 	if op != nil {
 		a.tellRejected(ctx, op, reason)
+	} else {
+		a.wakeHolder(ctx, name) // another app node may hold its socket, and closes it
 	}
 	return nil
 }
 
 // AddRunner adds a runner by hand or from the config seed, with no registration call: it is
-// approved at once, since an admin wrote it down. Name and Token are required; an inbound runner
-// needs an http:// or https:// URL. An https:// runner may come with its Certificate (DER) or its
+// approved at once, since an admin wrote it down. Name and Token are required; Mode is inbound
+// (the default), outbound, or ModeDatabase for a runner whose RTE has yet to leave database
+// mode; an inbound runner needs an http:// or https:// URL. An https:// runner may come with its Certificate (DER) or its
 // CertificateSHA256; with neither, the first certificate Connect meets waits for approval. State,
 // TokenFingerprint, PendingCertificate and the times are set here; a taken name is ErrExists.
 func (a *App) AddRunner(ctx context.Context, r *Runner) error {
@@ -303,9 +353,9 @@ func (a *App) AddRunner(ctx context.Context, r *Runner) error {
 		if err := checkRunnerURL(r.URL); err != nil {
 			return fmt.Errorf("add runner %q: %w", r.Name, err)
 		}
-	case protocol.ModeOutbound:
+	case protocol.ModeOutbound, ModeDatabase:
 	default:
-		return fmt.Errorf("add runner %q: mode %q is not %s or %s", r.Name, clipText(r.Mode, 64), protocol.ModeInbound, protocol.ModeOutbound)
+		return fmt.Errorf("add runner %q: mode %q is not %s, %s or %s", r.Name, clipText(r.Mode, 64), protocol.ModeInbound, protocol.ModeOutbound, ModeDatabase)
 	}
 	if r.MaxJobs < 0 {
 		return fmt.Errorf("add runner %q: max jobs %d must not be negative", r.Name, r.MaxJobs)
@@ -377,7 +427,7 @@ func (a *App) pruneLocked(ctx context.Context) ([]*Runner, error) {
 	for _, r := range all {
 		// An outbound runner waiting on its open socket is not a stale request: its RTE is
 		// there, and would only join again at once.
-		if isRequest(r) && now.Sub(r.RequestedAt) > a.cfg.WaitingTTL && a.out.peer(r.Name) == nil {
+		if isRequest(r) && now.Sub(r.RequestedAt) > a.cfg.WaitingTTL && !a.socketAnywhere(r.Name) {
 			if err := a.cfg.Store.DeleteRunner(ctx, r.Name); err != nil && !errors.Is(err, ErrNotFound) {
 				return nil, fmt.Errorf("drop expired request of runner %q: %w", r.Name, err)
 			}

@@ -23,14 +23,18 @@ type RunnerStatus struct {
 	Capacity  protocol.Capacity // as the runner last reported it (the hello's, until a capacity message)
 	Hello     protocol.Hello
 	Node      string // the app node holding the socket
+	// Remote: another app node sharing the store holds the socket (Node). Capacity and Hello
+	// are that node's to know and are left empty here.
+	Remote bool
 }
 
-// Status reports the runner's live connection. ok is false when this app node holds no socket
-// to it; then only Name is set.
+// Status reports the runner's live connection. ok is false when no app node holds a socket to
+// it; then only Name is set. A socket another app node holds is read from the runner's lease,
+// as of the last lease poll, with Remote set.
 func (a *App) Status(name string) (RunnerStatus, bool) {
 	lv := a.liveRunner(name)
 	if lv == nil {
-		return RunnerStatus{Name: name}, false
+		return a.remoteStatus(name)
 	}
 	lv.mu.Lock()
 	defer lv.mu.Unlock()
@@ -58,7 +62,9 @@ func (a *App) SetMaxJobs(ctx context.Context, name string, maxJobs int) error {
 		if err := lv.peer.Send(ctx, protocol.Settings{MaxJobs: maxJobs}); err != nil {
 			return fmt.Errorf("set max jobs of runner %q: stored, but the runner gets it only at its next connect: %w", name, err)
 		}
+		return nil
 	}
+	a.wakeHolder(ctx, name)
 	return nil
 }
 
@@ -79,6 +85,8 @@ type live struct {
 	owned map[string]bool
 
 	transfers transfers // bundles being sent (bundles.go)
+
+	remote remoteState // changes made on other app nodes (lease.go)
 }
 
 func (lv *live) poke() {
@@ -155,6 +163,8 @@ func (a *App) Run(ctx context.Context) error {
 	if !a.running.CompareAndSwap(false, true) {
 		return errors.New("app: Run was already called; an App runs once")
 	}
+	// Last, once no socket is left: other nodes take this node's runners at once.
+	defer a.releaseLeases()
 	// Outbound runners dialled in through Handler; their sockets end with Run.
 	defer a.out.shutdown()
 	a.failLostSecrets(ctx)
@@ -165,6 +175,11 @@ func (a *App) Run(ctx context.Context) error {
 			d.cancel()
 		}
 		wg.Wait()
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a.keepLeases(ctx)
 	}()
 	tick := time.NewTicker(a.cfg.PollInterval)
 	defer tick.Stop()
@@ -180,8 +195,9 @@ func (a *App) Run(ctx context.Context) error {
 	}
 }
 
-// syncDialers starts a dialer for each approved inbound runner that has none, and stops the
-// dialer of a runner that is gone, no longer approved, or changed its address or token.
+// syncDialers starts a dialer for each approved inbound runner whose lease this node holds and
+// that has none, and stops the dialer of a runner that is gone, no longer approved, changed its
+// address or token, or whose lease another node took.
 func (a *App) syncDialers(ctx context.Context, wg *sync.WaitGroup, dialers map[string]*dialer) {
 	if ctx.Err() != nil {
 		return
@@ -193,7 +209,7 @@ func (a *App) syncDialers(ctx context.Context, wg *sync.WaitGroup, dialers map[s
 	}
 	want := map[string]string{}
 	for _, r := range runners {
-		if r.State == StateApproved && r.Mode == protocol.ModeInbound && r.URL != "" {
+		if r.State == StateApproved && r.Mode == protocol.ModeInbound && r.URL != "" && a.mayDial(r.Name) {
 			// Not the certificate: pinning one on the first dial must not cut that socket, and a
 			// runner with a new certificate has restarted, so its old socket is gone anyway.
 			want[r.Name] = r.URL + " " + r.TokenFingerprint
@@ -372,6 +388,9 @@ func (a *App) reconcile(ctx context.Context, lv *live) error {
 		return fmt.Errorf("list jobs of runner %q: %w", lv.peer.Runner, err)
 	}
 	runner, err := a.cfg.Store.GetRunner(ctx, lv.peer.Runner)
+	if errors.Is(err, ErrNotFound) {
+		return nil // removed while its socket came up; whoever removed it closes the socket
+	}
 	if err != nil {
 		return err
 	}
@@ -458,6 +477,9 @@ func (a *App) dispatchLoop(ctx context.Context, lv *live) {
 			return
 		case <-lv.wake:
 		}
+		if lv.remote.nudged.Swap(false) {
+			a.catchUp(ctx, lv)
+		}
 		if err := a.dispatch(ctx, lv); err != nil && ctx.Err() == nil {
 			a.log.Error("dispatch failed; trying again at the next change", zap.String("runner", lv.peer.Runner), zap.Error(err))
 		}
@@ -489,6 +511,7 @@ func (a *App) dispatch(ctx context.Context, lv *live) error {
 	if err != nil {
 		return err
 	}
+	a.tellApprovedOnce(ctx, lv, runner)
 	for i, j := range queued {
 		free, why := lv.freeSlots(running, dispatched)
 		if free <= 0 {
@@ -594,7 +617,10 @@ func (a *App) expireQueued(ctx context.Context) {
 		if now.Sub(listed.CreatedAt) < a.cfg.QueueTimeout {
 			continue
 		}
-		if err := a.expire(ctx, listed.ID); err != nil {
+		if _, ok := a.elsewhere(listed.Runner); ok {
+			continue // the node holding the runner's socket knows why the job waits
+		}
+		if err := a.expire(ctx, listed.ID); err != nil && !errors.Is(err, ErrJobEnded) {
 			a.log.Error("ending a job past its queue timeout failed; trying again at the next poll", zap.String("job", listed.ID), zap.Error(err))
 		}
 	}
@@ -617,8 +643,9 @@ func (a *App) expire(ctx context.Context, id string) error {
 	return a.endLocked(ctx, j, protocol.StatusError, fmt.Sprintf("never started: not dispatched within the queue timeout of %s: %s", a.cfg.QueueTimeout, why))
 }
 
-// failLostSecrets ends queued jobs whose secrets a restart of the app lost: the runner would
-// run them without a vault or become password, which is never what was asked for.
+// failLostSecrets ends queued jobs whose secrets a restart of this app node lost: the runner
+// would run them without a vault or become password, which is never what was asked for. Jobs
+// with sealed secrets lost nothing, and jobs another node took keep their secrets there.
 func (a *App) failLostSecrets(ctx context.Context) {
 	queued, err := a.cfg.Store.ListJobs(ctx, JobFilter{States: []JobState{JobQueued}})
 	if err != nil {
@@ -626,7 +653,7 @@ func (a *App) failLostSecrets(ctx context.Context) {
 		return
 	}
 	for _, listed := range queued {
-		if len(listed.SecretNames) == 0 {
+		if len(listed.SecretNames) == 0 || listed.SealedSecrets != nil || (listed.SubmitNode != "" && listed.SubmitNode != a.cfg.Node) {
 			continue
 		}
 		a.jobsMu.Lock()

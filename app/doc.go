@@ -1,13 +1,18 @@
 // Package app is the app half of RTE protocol v1, for the reference app and for any Go app that
 // runs playbooks on RTEs: runner registration and approval, pinned dialling of inbound RTEs with
-// the handshake, job dispatch, and exactly-once storage of every job's records (PROTOCOL.md
-// sections 2 to 5, 7 and 8).
+// the handshake, job dispatch, exactly-once storage of every job's records, and connection
+// checks through a connected runner (Check; PROTOCOL.md sections 2 to 5 and 7 to 9).
 //
 // Registration (Handler, POST /api/v2/rte/register) is open to anyone who reaches the app, so
 // it only ever records requests: a runner is approved by an admin (Approve) or by the app's join
 // token, and at most MaxWaiting requests wait, each for at most WaitingTTL. Connect dials an
 // approved runner and trusts exactly the certificate that was approved; the comparison happens
 // in the TLS handshake (package pinning), before the runner's token is sent.
+//
+// Runners with RTE_FILES=transfer get their files as bundles from Config.Files, a
+// BundleSource: a job submitted without files has its directories packed when it is
+// dispatched, and each bundle.want is answered, for bundles of that runner's job only, by a
+// goroutine per bundle whose chunks queue behind the socket's control frames (bundles.go).
 //
 // An outbound runner dials the app instead (Handler, GET /api/v2/rte/socket): the token and
 // the name must belong together, a first join waits for an admin on its open socket (approved

@@ -42,7 +42,7 @@ type Job struct {
 	// Start is the job.start as stored: WITHOUT secrets. A store drops Start.Secrets.
 	Start protocol.JobStart
 	// SecretNames names the secrets given at submit (vault_password, become_password); their
-	// values live only in this process's memory until the runner has the job.
+	// values live in the memory of the node that took the submit until the runner has the job.
 	SecretNames []string
 	State       JobState
 	// CancelRequested is set when Cancel reached a job the runner may already have: the
@@ -61,6 +61,15 @@ type Job struct {
 	// LastSeq is the highest seq such that every record 1..LastSeq is stored. Only
 	// StoreRecords moves it; UpdateJob leaves it alone.
 	LastSeq int64
+
+	// SealedSecrets holds the same secrets sealed with the app's secret key (Config.SecretKey;
+	// name -> sealed value), so that any app node sharing the store can dispatch the job. Nil
+	// when the app has no secret key. A store keeps them only while the job is queued or
+	// dispatched: a runner that has the job never needs them again.
+	SealedSecrets map[string]string
+	// SubmitNode is the app node that took the submit (Config.Node), whose memory holds the
+	// plaintext secrets.
+	SubmitNode string
 }
 
 // Clone returns a deep copy, so that a caller's changes never reach a store's copy.
@@ -68,6 +77,7 @@ func (j *Job) Clone() *Job {
 	c := *j
 	c.Start = cloneStart(j.Start)
 	c.SecretNames = slices.Clone(j.SecretNames)
+	c.SealedSecrets = maps.Clone(j.SealedSecrets)
 	return &c
 }
 

@@ -17,9 +17,25 @@ import (
 // ErrJobEnded is returned by Cancel for a job that has already ended.
 var ErrJobEnded = errors.New("job has already ended")
 
-// Submit checks req, stores the job as queued and wakes the dispatch of its runner. The job
-// must pass protocol.JobStart.Validate once an id is assigned, and the runner must exist and
-// be approved. Secrets stay in this process's memory only; see JobRequest.
+// ErrRefused is wrapped by the errors of requests the app turns down as they stand, such as a job
+// for a runner still in database mode; the error's text says what to change.
+var ErrRefused = errors.New("refused")
+
+// refusedError is a request turned down; it reads as its message alone and wraps ErrRefused.
+type refusedError struct{ msg string }
+
+func (e *refusedError) Error() string { return e.msg }
+func (e *refusedError) Unwrap() error { return ErrRefused }
+
+func refusal(format string, args ...any) error {
+	return &refusedError{msg: fmt.Sprintf(format, args...)}
+}
+
+// Submit checks req, stores the job as queued and wakes the dispatch of its runner, on this app
+// node or the one holding the runner's socket. The job must pass protocol.JobStart.Validate once
+// an id is assigned, and the runner must exist, be approved and not be in database mode (an
+// error wrapping ErrRefused). Secrets stay in this process's memory, and with Config.SecretKey
+// they are stored sealed as well; see JobRequest.
 func (a *App) Submit(ctx context.Context, req JobRequest) (*Job, error) {
 	start := cloneStart(req.JobStart)
 	if start.Job == "" {
@@ -42,18 +58,27 @@ func (a *App) Submit(ctx context.Context, req JobRequest) (*Job, error) {
 	if r.State != StateApproved {
 		return nil, fmt.Errorf("submit job %q: runner %q is %s, not approved: approve it first", start.Job, r.Name, r.State)
 	}
+	if r.Mode == ModeDatabase {
+		return nil, refusal("submit job %q: runner %q is still in database mode, which is gone: it takes no jobs until its RTE signs in over a socket (docs/migration-from-database-mode.md)", start.Job, r.Name)
+	}
 	if r.Files == protocol.FilesTransfer && start.Files == nil && a.cfg.Files == nil {
 		return nil, fmt.Errorf("submit job %q: runner %q takes files from the app (RTE_FILES=transfer), and the job names no bundles nor has the app a bundle source (Config.Files): give files, or set RTE_FILES=local on the runner", start.Job, r.Name)
 	}
 	secrets := start.Secrets
 	start.Secrets = nil
+	sealed, err := a.sealForStore(start.Job, r.Name, secrets)
+	if err != nil {
+		return nil, fmt.Errorf("submit job %q: %w", start.Job, err)
+	}
 	j := &Job{
-		ID:          start.Job,
-		Runner:      r.Name,
-		Start:       start,
-		SecretNames: slices.Sorted(maps.Keys(secrets)),
-		State:       JobQueued,
-		CreatedAt:   a.cfg.Now(),
+		ID:            start.Job,
+		Runner:        r.Name,
+		Start:         start,
+		SecretNames:   slices.Sorted(maps.Keys(secrets)),
+		SealedSecrets: sealed,
+		SubmitNode:    a.cfg.Node,
+		State:         JobQueued,
+		CreatedAt:     a.cfg.Now(),
 	}
 	if len(j.SecretNames) == 0 {
 		j.SecretNames = nil
@@ -76,7 +101,7 @@ func (a *App) Submit(ctx context.Context, req JobRequest) (*Job, error) {
 		zap.String("playbook", clipText(j.Start.Playbook, 200)),
 		zap.Strings("secrets", j.SecretNames))
 	a.changed(j.ID)
-	a.wakeDispatch(j.Runner)
+	a.wakeHolder(ctx, j.Runner)
 	return j.Clone(), nil
 }
 
@@ -123,6 +148,8 @@ func (a *App) Cancel(ctx context.Context, jobID string) error {
 	// A socket that is down or drops now loses nothing: the reconnect sends job.cancel again.
 	if lv := a.liveRunner(j.Runner); lv != nil {
 		_ = lv.peer.Send(ctx, protocol.JobCancel{Job: j.ID})
+	} else {
+		a.wakeHolder(ctx, j.Runner) // another app node may hold the socket
 	}
 	return nil
 }
@@ -235,16 +262,14 @@ func (a *App) heldSecrets(job string) (map[string]string, bool) {
 	return s, ok
 }
 
-// secretsLost says why j cannot be dispatched any more, or "" when it can: a job submitted
-// with secrets whose values this process does not hold was submitted before a restart.
+// secretsLost says why j cannot be dispatched any more, or "" when it can: its secrets are
+// neither in this process's memory nor in a sealed copy this node can open (secretsOf).
 func (a *App) secretsLost(j *Job) string {
 	if len(j.SecretNames) == 0 {
 		return ""
 	}
-	if _, ok := a.heldSecrets(j.ID); ok {
-		return ""
-	}
-	return fmt.Sprintf("its secrets (%v) were kept only in the app's memory and the app restarted before the runner had the job: submit it again", j.SecretNames)
+	_, why := a.secretsOf(j)
+	return why
 }
 
 // sealedStart is the job.start to send for j: the stored start with each secret sealed for
@@ -256,7 +281,7 @@ func (a *App) sealedStart(j *Job, token string) (protocol.JobStart, error) {
 	if len(j.SecretNames) == 0 {
 		return start, nil
 	}
-	plain, _ := a.heldSecrets(j.ID)
+	plain, _ := a.secretsOf(j)
 	start.Secrets = make(map[string]string, len(plain))
 	for _, name := range j.SecretNames {
 		sealed, err := protocol.SealSecret(token, j.ID, plain[name])

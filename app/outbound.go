@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 
@@ -47,6 +48,9 @@ type outbound struct {
 type outboundPeer struct {
 	conn *socket.Conn
 	done chan struct{} // closed when the handler is done with the socket
+	// approved is set once {"type":"approved"} was sent on this socket, by an Approve here or
+	// on another app node (tellApprovedOnce).
+	approved atomic.Bool
 }
 
 func newOutbound(log *zap.Logger) *outbound {
@@ -211,6 +215,10 @@ func (a *App) serveOutboundSocket(ctx context.Context, ws *websocket.Conn, name,
 		return
 	}
 	defer a.detachOutbound(name, op)
+	// Other app nodes learn that this node holds the runner's socket, and one holding an older
+	// socket of it closes that.
+	a.holdOutbound(ctx, name)
+	defer a.dropOutbound(name)
 	if prev != nil {
 		// One socket per runner: the RTE holds one at a time, so an older one is a leftover
 		// the RTE has given up on, or another RTE with the same name and token.
@@ -285,6 +293,12 @@ func (a *App) admitOutbound(ctx context.Context, name, token, joinToken, remoteA
 
 	if byName != nil && equalSecret(token, byName.Token) {
 		r := byName
+		if r.Mode == ModeDatabase {
+			// Database mode's end: the RTE proved it is this runner (seed.go).
+			if ans, err := a.leaveDatabaseModeLocked(ctx, r); ans != nil || err != nil {
+				return ans, err
+			}
+		}
 		switch {
 		case r.Mode != protocol.ModeOutbound:
 			return fail(http.StatusForbidden, "runner %q is an %s runner at the app, which the app dials itself: set RTE_MODE=%s on this RTE, or have an admin remove the runner so that it can join in outbound mode", name, r.Mode, r.Mode)
@@ -415,6 +429,7 @@ func (a *App) tellApproved(ctx context.Context, r *Runner) (undo func()) {
 	if op == nil || r.Mode != protocol.ModeOutbound {
 		return func() {}
 	}
+	op.approved.Store(true)
 	if err := op.conn.Send(ctx, protocol.Approved{}); err != nil {
 		a.log.Info("approved runner's socket is closing; it hears the approval in its next welcome", zap.String("name", r.Name), zap.Error(err))
 	}

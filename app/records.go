@@ -316,11 +316,14 @@ func (a *App) handleControl(ctx context.Context, lv *live, m protocol.Message) {
 	case *protocol.BundleWant:
 		a.serveBundles(ctx, lv, m)
 	case *protocol.Error:
+		if a.checkRefused(lv, m) {
+			return // Check returns it to its caller
+		}
 		log.Warn("runner answered a message with an error",
 			zap.String("code", clipText(m.Code, 64)), zap.String("ref", clipText(m.Ref, 128)),
 			zap.String("message", clipText(m.Message, 300)))
 	case *protocol.CheckResult:
-		log.Debug("connection check result nobody asked this app node for", zap.String("id", clipText(m.ID, 128)))
+		a.checkAnswered(lv, m)
 	}
 }
 

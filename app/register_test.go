@@ -524,7 +524,7 @@ func TestAddRunnerRefusals(t *testing.T) {
 		{"short token", func(r *app.Runner) { r.Token = "short" }, "at least 16"},
 		{"no url", func(r *app.Runner) { r.URL = "" }, "url is required"},
 		{"bad url", func(r *app.Runner) { r.URL = "rte01" }, "not an absolute"},
-		{"bad mode", func(r *app.Runner) { r.Mode = "database" }, "is not inbound or outbound"},
+		{"bad mode", func(r *app.Runner) { r.Mode = "ftp" }, "is not inbound, outbound or database"},
 		{"short fingerprint", func(r *app.Runner) { r.CertificateSHA256 = "abcd-ef12" }, "64 hex digits"},
 		{"certificate that does not parse", func(r *app.Runner) { r.Certificate = []byte("x") }, "does not parse"},
 		{"certificate and other fingerprint", func(r *app.Runner) {

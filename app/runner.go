@@ -20,11 +20,17 @@ const (
 	StateRejected State = "rejected"
 )
 
+// ModeDatabase is the Mode of a runner whose RTE still ran in database mode (7.0 to 7.2), which
+// is gone: the app never dials such a runner nor gives it jobs. When its RTE signs in over the
+// outbound endpoint with the runner's own token, the runner moves to outbound mode by itself,
+// unless the config seed keeps it in database mode (seed.go).
+const ModeDatabase = "database"
+
 // Runner is one RTE as the app knows it.
 type Runner struct {
 	Name  string
 	URL   string // inbound: where the app dials (the RTE's RTE_URL); empty for outbound runners
-	Mode  string // protocol.ModeInbound or protocol.ModeOutbound
+	Mode  string // protocol.ModeInbound, protocol.ModeOutbound, or ModeDatabase
 	Files string // protocol.FilesTransfer or protocol.FilesLocal, as the last hello said
 	State State
 
@@ -55,6 +61,10 @@ type Runner struct {
 	RequestedAt time.Time // the last registration, or when the certificate last became pending
 	ApprovedAt  time.Time // zero for a runner never approved
 	LastSeen    time.Time // the last successful handshake
+
+	// Seeded marks a runner the config seed declares: the seed, not the admin page, is where its
+	// mode, address and token change (ApplySeed).
+	Seeded bool
 }
 
 // Clone returns a deep copy, so that a caller's changes never reach a store's copy.

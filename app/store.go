@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/rte-project/rte/protocol"
 )
@@ -21,6 +22,12 @@ var ErrExists = errors.New("already exists")
 // serialises its read-modify-write sequences itself, so a store needs no transactions across
 // calls. Implementations must return and keep copies: a *Runner or *Job handed in or out must
 // not alias the stored one. All methods are safe for concurrent use.
+//
+// Several app nodes may share one store (docs/app-nodes.md). Their read-modify-write sequences
+// are not serialised with each other, so UpdateJob keeps three rules that stop one node from
+// undoing another's change: an ended job stays ended, a requested cancel stays requested, and
+// sealed secrets outlive neither. Leases (ClaimLeases) decide which node holds each runner's
+// socket.
 //
 // The memory store (NewMemoryStore) and package sqlitestore implement it; both pass the same
 // test suite.
@@ -41,7 +48,9 @@ type Store interface {
 	GetJob(ctx context.Context, id string) (*Job, error)
 	// UpdateJob replaces every field of the stored job but LastSeq, which only StoreRecords
 	// moves (so an update computed from an older read cannot move it back); an error wrapping
-	// ErrNotFound if there is no such job.
+	// ErrNotFound if there is no such job. Whatever the update says, a job stored as ended is
+	// not changed (an error wrapping ErrJobEnded), CancelRequested never goes back to false, and
+	// SealedSecrets are kept only while the job is queued or dispatched.
 	UpdateJob(ctx context.Context, j *Job) error
 	// ListJobs returns the jobs the filter selects, newest (CreatedAt) first.
 	ListJobs(ctx context.Context, f JobFilter) ([]*Job, error)
@@ -57,6 +66,24 @@ type Store interface {
 	// Records past a gap wait until the gap is filled, so a reader that follows a job with
 	// after = the last seq it saw misses nothing.
 	Records(ctx context.Context, job string, after int64, limit int) ([]protocol.Record, error)
+
+	// ClaimLeases takes or renews, in ONE transaction, the leases of the claimed runners for the
+	// app instance (node, instance), each a compare-and-set: a claim wins when the runner has no
+	// lease, when its lease is the instance's own, when it expired at now, or when the claim
+	// forces it. A won lease runs until expires with the claim's Connected and keeps its Wake;
+	// a lost one is left alone. It returns every claimed runner's lease as stored afterwards,
+	// in claim order: the instance holds those whose Instance is its own. Times come from the
+	// caller, so every node sharing a store needs a synchronised clock (NTP), with a skew far
+	// below the lease's length.
+	ClaimLeases(ctx context.Context, node, instance string, claims []LeaseClaim, now, expires time.Time) ([]Lease, error)
+	// ReleaseLeases frees the instance's leases of the runners (all of them when runners is
+	// nil), so another node may take them at once; leases others hold are left alone.
+	ReleaseLeases(ctx context.Context, instance string, runners []string) error
+	// Leases returns every lease, free ones included, in runner order.
+	Leases(ctx context.Context) ([]Lease, error)
+	// WakeHolder raises the Wake of the runner's lease (a free lease is made when there is
+	// none), which tells the node holding the runner's socket to look at the store again.
+	WakeHolder(ctx context.Context, runner string) error
 }
 
 // NewMemoryStore returns a Store that keeps everything in memory, for tests and for an app
@@ -74,6 +101,7 @@ type memoryStore struct {
 	runners map[string]*Runner
 	jobs    map[string]*Job
 	records map[string]map[int64]protocol.Record // job -> seq -> record
+	leases  map[string]Lease                     // by runner (lease.go)
 }
 
 func (s *memoryStore) GetRunner(_ context.Context, name string) (*Runner, error) {
@@ -129,6 +157,7 @@ func (s *memoryStore) CreateJob(_ context.Context, j *Job) error {
 	c := j.Clone()
 	c.Start.Secrets = nil
 	c.LastSeq = 0
+	keepSealedWhileUnsent(c)
 	s.jobs[j.ID] = c
 	return nil
 }
@@ -153,11 +182,24 @@ func (s *memoryStore) UpdateJob(_ context.Context, j *Job) error {
 	if !ok {
 		return fmt.Errorf("job %q: %w", j.ID, ErrNotFound)
 	}
+	if old.State == JobEnded {
+		return fmt.Errorf("update job %q: %w", j.ID, ErrJobEnded)
+	}
 	c := j.Clone()
 	c.Start.Secrets = nil
 	c.LastSeq = old.LastSeq
+	c.CancelRequested = c.CancelRequested || old.CancelRequested
+	keepSealedWhileUnsent(c)
 	s.jobs[j.ID] = c
 	return nil
+}
+
+// keepSealedWhileUnsent drops a job's sealed secrets once it is past dispatch: the runner has
+// the job, or it ended, and nothing sends its job.start again.
+func keepSealedWhileUnsent(j *Job) {
+	if j.State != JobQueued && j.State != JobDispatched {
+		j.SealedSecrets = nil
+	}
 }
 
 func (s *memoryStore) ListJobs(_ context.Context, f JobFilter) ([]*Job, error) {

@@ -21,6 +21,6 @@
 // It refuses: a bundle whose bytes do not hash to its name or whose size differs from what
 // was announced (the temporary file is removed), a bundle larger than the whole cache,
 // playbook or inventory paths that leave their bundle, and everything package bundle refuses
-// when unpacking. It knows nothing of sockets: the session feeds Receive, and the jobs
+// when unpacking (a *BadBundleError, after which the caller Discards the bundle). It knows nothing of sockets: the session feeds Receive, and the jobs
 // package calls Prepare.
 package cache

@@ -38,18 +38,30 @@ type BundleReceiver interface {
 // maxMissingReason bounds the app's bundle.missing reason in a job's end message.
 const maxMissingReason = 300
 
+// Results of rte_bundles_received_total.
+const (
+	bundleOK        = "ok"
+	bundleDiscarded = "discarded"
+	bundleMissing   = "missing"
+)
+
 // transfers are the bundles jobs wait for, by hash, shared by every socket of the Manager: a
 // bundle that two jobs need is asked for once, and a socket that drops mid-transfer hands the
 // waiting jobs to the next socket, which asks again from the start.
 type transfers struct {
-	mu     sync.Mutex
+	mu sync.Mutex
+	// byHash holds the pending transfers: asked for, or waiting for a socket to ask on.
 	byHash map[string]*transfer
+	// draining names the bundles whose transfer ended early (a chunk failed, or another
+	// socket's copy arrived first) while the app may still be sending them on the named
+	// socket. The rest of that stream is dropped quietly until its bundle.end or
+	// bundle.missing, and the bundle is asked for again on that socket only after it, so
+	// that two streams of one bundle never mix.
+	draining map[string]*session
 }
 
 // transfer is one bundle asked for, or waiting to be asked for. It is pending while done is
-// open, and settled once done is closed (err says how); a settled transfer stays listed only
-// to swallow the rest of its stream on the socket it was asked on, until that stream's
-// bundle.end or bundle.missing arrives or another socket takes over.
+// open, and settled once done is closed (err says how).
 type transfer struct {
 	hash    string
 	size    int64
@@ -60,6 +72,23 @@ type transfer struct {
 
 	done chan struct{}
 	err  error // set before done is closed
+}
+
+// drainLocked forgets t, whose stream on t.sess may go on, and drops the rest of that stream.
+// The caller holds b.mu.
+func (b *transfers) drainLocked(t *transfer) {
+	if t.recv != nil {
+		t.recv.Abort()
+	}
+	if b.byHash[t.hash] == t {
+		delete(b.byHash, t.hash)
+	}
+	if t.sess != nil && !t.sess.ended() {
+		if b.draining == nil {
+			b.draining = map[string]*session{}
+		}
+		b.draining[t.hash] = t.sess
+	}
 }
 
 func (t *transfer) settled() bool {
@@ -157,9 +186,9 @@ func (b *transfers) join(store BundleStore, job string, refs []protocol.BundleRe
 			continue
 		}
 		t := b.byHash[r.Hash]
-		if t == nil || t.settled() {
-			// Asked under the lock: a transfer that settled successfully named its bundle
-			// before it settled, so a bundle just received is never asked for again.
+		if t == nil {
+			// Asked under the lock: a transfer that ended well named its bundle before it
+			// left byHash, so a bundle just received is never asked for again.
 			if len(store.Missing([]string{r.Hash})) == 0 {
 				continue
 			}
@@ -181,7 +210,7 @@ func (b *transfers) leave(job string, ts []*transfer) {
 		if t.waiters[job]--; t.waiters[job] <= 0 {
 			delete(t.waiters, job)
 		}
-		if len(t.waiters) > 0 || t.settled() || b.byHash[t.hash] != t {
+		if len(t.waiters) > 0 || b.byHash[t.hash] != t {
 			continue
 		}
 		if t.sess != nil && !t.sess.ended() {
@@ -206,15 +235,20 @@ func (m *Manager) askForBundles(s *session) {
 	wants := map[string][]string{} // job -> hashes
 	b := &m.bundles
 	b.mu.Lock()
+	for hash, ds := range b.draining {
+		if ds.ended() {
+			delete(b.draining, hash)
+		}
+	}
 	for hash, t := range b.byHash {
-		if t.sess == s {
-			continue
+		if t.sess == s || b.draining[hash] == s {
+			continue // asked on s already, or asked once s's old stream of it is over
 		}
 		if t.recv != nil {
 			t.recv.Abort()
 			t.recv = nil
 		}
-		if t.settled() || len(t.waiters) == 0 {
+		if len(t.waiters) == 0 {
 			delete(b.byHash, hash) // its old socket sends nothing more here
 			continue
 		}
@@ -272,26 +306,29 @@ func (s *session) onChunk(ctx context.Context, frame []byte) (stop bool) {
 	b.mu.Lock()
 	t := b.byHash[hash]
 	if t == nil || t.sess != s {
+		draining := b.draining[hash] == s
 		b.mu.Unlock()
+		if draining {
+			return false // the rest of a stream that already failed
+		}
 		return s.reportBad(ctx, protocol.ErrUnexpected, hash, fmt.Sprintf("chunk of bundle %s, which this RTE did not ask for on this socket", hash))
 	}
 	recv := t.recv
-	settled := t.settled()
 	b.mu.Unlock()
-	if settled {
-		return false // the rest of a bundle that already failed
-	}
 	// Outside the lock: a write may wait for the disk. uint64 offsets past MaxInt64 turn
 	// negative here, which WriteAt refuses like any offset past the announced size.
 	if _, err := recv.WriteAt(c.Payload, int64(c.Offset)); err != nil {
 		b.mu.Lock()
-		if t.recv == recv && t.sess == s {
-			recv.Abort()
+		if b.byHash[hash] == t && t.recv == recv {
 			t.settle(err)
+			b.drainLocked(t)
 		}
 		b.mu.Unlock()
+		s.m.met.bundles.WithLabelValues(bundleDiscarded).Inc()
 		s.log.Warn("bundle chunk refused; the jobs waiting for it end with an error", zap.String("bundle", hash), zap.Error(err))
+		return false
 	}
+	s.m.met.bundleBytes.Add(float64(len(c.Payload)))
 	return false
 }
 
@@ -301,17 +338,15 @@ func (s *session) onBundleEnd(ctx context.Context, m *protocol.BundleEnd) (stop 
 	if s.m.cfg.Bundles == nil {
 		return s.reportBad(ctx, protocol.ErrUnexpected, m.Hash, "bundle.end: this RTE receives no bundles (RTE_FILES=local)")
 	}
+	if s.endOfDrained(m.Hash) {
+		return false
+	}
 	b := &s.m.bundles
 	b.mu.Lock()
 	t := b.byHash[m.Hash]
 	if t == nil || t.sess != s {
 		b.mu.Unlock()
 		return s.reportBad(ctx, protocol.ErrUnexpected, m.Hash, fmt.Sprintf("bundle.end for bundle %s, which this RTE is not receiving on this socket", m.Hash))
-	}
-	if t.settled() {
-		delete(b.byHash, m.Hash) // its stream is over
-		b.mu.Unlock()
-		return false
 	}
 	recv := t.recv
 	b.mu.Unlock()
@@ -321,15 +356,27 @@ func (s *session) onBundleEnd(ctx context.Context, m *protocol.BundleEnd) (stop 
 	err := recv.Commit(m.Size)
 
 	b.mu.Lock()
-	if b.byHash[m.Hash] == t && t.sess == s {
+	switch {
+	case b.byHash[m.Hash] != t:
+		// Forgotten meanwhile: nobody waits for it any more.
+	case t.sess == s:
 		delete(b.byHash, m.Hash)
+		t.settle(err)
+	case err == nil:
+		// A newer socket took over and asked again while this copy was checked; this copy
+		// is good, so the newer stream is not needed.
+		t.settle(nil)
+		b.drainLocked(t)
+	default:
+		// This copy is bad, and the newer socket's stream may still be good: t waits for it.
 	}
-	t.settle(err)
 	b.mu.Unlock()
 	if err != nil {
+		s.m.met.bundles.WithLabelValues(bundleDiscarded).Inc()
 		s.log.Warn("bundle discarded; the jobs waiting for it end with an error", zap.String("bundle", m.Hash), zap.Error(err))
 		return false
 	}
+	s.m.met.bundles.WithLabelValues(bundleOK).Inc()
 	s.log.Info("bundle received", zap.String("bundle", m.Hash), zap.Int64("size", m.Size))
 	return false
 }
@@ -339,6 +386,9 @@ func (s *session) onBundleMissing(ctx context.Context, m *protocol.BundleMissing
 	if s.m.cfg.Bundles == nil {
 		return s.reportBad(ctx, protocol.ErrUnexpected, m.Hash, "bundle.missing: this RTE receives no bundles (RTE_FILES=local)")
 	}
+	if s.endOfDrained(m.Hash) {
+		return false
+	}
 	b := &s.m.bundles
 	b.mu.Lock()
 	t := b.byHash[m.Hash]
@@ -347,16 +397,29 @@ func (s *session) onBundleMissing(ctx context.Context, m *protocol.BundleMissing
 		return s.reportBad(ctx, protocol.ErrUnexpected, m.Hash, fmt.Sprintf("bundle.missing for bundle %s, which this RTE did not ask for on this socket", m.Hash))
 	}
 	delete(b.byHash, m.Hash)
-	if t.settled() {
-		b.mu.Unlock()
-		return false // the end of a bundle that already failed
-	}
 	t.recv.Abort()
 	reason := peerText(m.Reason, maxMissingReason)
 	t.settle(fmt.Errorf("the app has no bundle %s to send: %s", m.Hash, reason))
 	b.mu.Unlock()
+	s.m.met.bundles.WithLabelValues(bundleMissing).Inc()
 	s.log.Warn("the app cannot send a bundle; the jobs waiting for it end with an error", zap.String("bundle", m.Hash), zap.String("reason", reason))
 	return false
+}
+
+// endOfDrained reports whether a bundle.end or bundle.missing ends a stream this socket was
+// draining; then a job that waits for the same bundle meanwhile is asked for it now.
+func (s *session) endOfDrained(hash string) bool {
+	b := &s.m.bundles
+	b.mu.Lock()
+	drained := b.draining[hash] == s
+	if drained {
+		delete(b.draining, hash)
+	}
+	b.mu.Unlock()
+	if drained {
+		s.m.askForBundles(s)
+	}
+	return drained
 }
 
 // reportBad answers a bad frame with an error message and counts it against the socket's

@@ -164,6 +164,12 @@ func TestFetchAsksOnlyForMissingAndReceives(t *testing.T) {
 	if l := r.leftovers(t); len(l) != 0 {
 		t.Errorf("incoming holds %v after the bundles were committed, want nothing", l)
 	}
+	if got := metric(t, r.reg, "rte_bundles_received_total", map[string]string{"result": "ok"}); got != 2 {
+		t.Errorf("rte_bundles_received_total{result=ok} = %v, want 2", got)
+	}
+	if got, want := metric(t, r.reg, "rte_bundle_bytes_received_total", nil), float64(len(b1.data)+len(b2.data)); got != want {
+		t.Errorf("rte_bundle_bytes_received_total = %v, want %v", got, want)
+	}
 	// All present now: no want, no wait.
 	if err := r.m.Fetch(context.Background(), "j2", []protocol.BundleRef{b1.ref, have.ref}); err != nil {
 		t.Fatalf("Fetch of cached bundles: %v, want nil", err)
@@ -298,6 +304,11 @@ func TestFetchRefusesBadBundles(t *testing.T) {
 	if got := metric(t, r.reg, "rte_bad_messages_total", map[string]string{"code": protocol.ErrUnexpected}); got != 5 {
 		t.Errorf("rte_bad_messages_total{code=unexpected} = %v, want only the 5 probes", got)
 	}
+	for result, want := range map[string]float64{"discarded": 4, "missing": 1, "ok": 0} {
+		if got := metric(t, r.reg, "rte_bundles_received_total", map[string]string{"result": result}); got != want {
+			t.Errorf("rte_bundles_received_total{result=%s} = %v, want %v", result, got, want)
+		}
+	}
 }
 
 func TestUnaskedChunksAreBadMessages(t *testing.T) {
@@ -354,5 +365,41 @@ func TestFetchWithoutCache(t *testing.T) {
 	err := r.m.Fetch(context.Background(), "j1", []protocol.BundleRef{newBlob(9, 1).ref})
 	if err == nil || !strings.Contains(err.Error(), "RTE_FILES=local") {
 		t.Fatalf("Fetch without Bundles: %v, want an error naming RTE_FILES=local", err)
+	}
+}
+
+// TestRetryWaitsForTheFailedStreamToEnd fails a bundle with a chunk past its size; a second
+// job that wants the same bundle while the app still streams the failed copy (here with bytes
+// that do not match, as a confused app might send) is asked for only once that stream ended,
+// so the two streams never mix.
+func TestRetryWaitsForTheFailedStreamToEnd(t *testing.T) {
+	r := newBundleRig(t)
+	b := newBlob(10, 3000)
+	a := r.dial(t)
+	a.handshake(approved)
+	first := fetch(r.m, context.Background(), "j1", b.ref)
+	expect[*protocol.BundleWant](a)
+	a.sendChunk(b.raw, len(b.data)-10, make([]byte, 20))
+	if err := <-first; err == nil || !strings.Contains(err.Error(), "past its announced size") {
+		t.Fatalf("Fetch after a chunk past the size: %v, want that error", err)
+	}
+
+	second := fetch(r.m, context.Background(), "j2", b.ref)
+	eventually(t, "j2 waiting for the bundle", func() bool { return session.WaitingFor(r.m, b.ref.Hash) == 1 })
+	garbage := bytes.Repeat([]byte{0xee}, len(b.data))
+	a.sendBundle(blob{data: garbage, raw: b.raw}, 0, len(garbage), 1000, false)
+	a.send(&protocol.BundleEnd{Hash: b.ref.Hash, Size: b.ref.Size})
+
+	want := expect[*protocol.BundleWant](a)
+	if want.Job != "j2" || !slices.Equal(want.Hashes, []string{b.ref.Hash}) {
+		t.Fatalf("bundle.want %+v, want j2 asking for %s once the failed stream ended", *want, b.ref.Hash)
+	}
+	a.sendBundle(b, 0, len(b.data), 1000, false)
+	a.send(&protocol.BundleEnd{Hash: b.ref.Hash, Size: b.ref.Size})
+	if err := <-second; err != nil {
+		t.Fatalf("Fetch of the retried bundle: %v, want nil", err)
+	}
+	if got := metric(t, r.reg, "rte_bad_messages_total", map[string]string{"code": protocol.ErrUnexpected}); got != 0 {
+		t.Errorf("rte_bad_messages_total{code=unexpected} = %v, want 0: the failed stream's tail is not the app's fault to count", got)
 	}
 }

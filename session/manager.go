@@ -65,6 +65,11 @@ type Config struct {
 	// Bundles is the bundle cache of RTE_FILES=transfer, which Fetch fills; nil (local mode):
 	// Fetch fails and bundle frames are answered "unexpected".
 	Bundles BundleStore
+	// Checker answers connection checks, each off the reader goroutine; nil: every check is
+	// answered "unexpected". MaxChecks bounds the checks running at once on one socket
+	// (default DefaultMaxChecks); one more is answered with an error, not queued.
+	Checker   Checker
+	MaxChecks int
 
 	PingInterval  time.Duration // keepalive ping; default protocol.PingInterval
 	DeadAfter     time.Duration // silence that ends a socket; default protocol.DeadAfter

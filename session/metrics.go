@@ -13,6 +13,8 @@ type metrics struct {
 	bad         *prometheus.CounterVec
 	recordsSent prometheus.Counter
 	acks        prometheus.Counter
+	bundles     *prometheus.CounterVec
+	bundleBytes prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -41,6 +43,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "rte_acks_total",
 			Help: "Acks applied to the spool: ack messages and the entries of welcome.acked.",
 		})),
+		bundles: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rte_bundles_received_total",
+			Help: "Bundle transfers that ended, by result: ok (named in the cache), discarded (size, hash or a chunk did not match), missing (the app had none to send).",
+		}, []string{"result"})),
+		bundleBytes: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rte_bundle_bytes_received_total",
+			Help: "Bytes of bundle chunks written to the cache's temporary files, resent chunks after a reconnect included.",
+		})),
+	}
+	for _, r := range []string{bundleOK, bundleDiscarded, bundleMissing} {
+		m.bundles.WithLabelValues(r)
 	}
 	for _, d := range []string{dirInbound, dirOutbound} {
 		m.connections.WithLabelValues(d) // present at 0 from the start, so rate() works

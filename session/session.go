@@ -35,6 +35,7 @@ type session struct {
 	senderDone chan struct{}
 
 	recordsSent atomic.Int64
+	checks      checkRuns // connection checks running on this socket (checks.go)
 }
 
 func newSession(m *Manager, conn *socket.Conn, log *zap.Logger) *session {
@@ -75,6 +76,7 @@ func (s *session) run(ctx context.Context, prev *session) error {
 	s.read(ctx)
 	cancel()
 	wg.Wait()
+	s.checks.wg.Wait() // ctx is done, so each ends within moments
 
 	err := s.conn.Err()
 	s.log.Info("socket closed",
@@ -287,7 +289,7 @@ func (s *session) handle(ctx context.Context, msg protocol.Message) (stop bool) 
 	case *protocol.BundleMissing:
 		return s.onBundleMissing(ctx, m)
 	case *protocol.Check:
-		s.unexpected(ctx, refOf(m), m.Type()+": this RTE does not handle it yet")
+		s.onCheck(ctx, m)
 	default:
 		s.unexpected(ctx, refOf(m), m.Type()+": only the RTE sends this message, not the app")
 	}

@@ -64,6 +64,21 @@ var migrations = [][]string{
 			PRIMARY KEY (job, seq)
 		)`,
 	},
+	{ // 2: several app nodes (leases, secrets sealed at rest), the config seed
+		`ALTER TABLE runners ADD COLUMN seeded INTEGER NOT NULL DEFAULT 0`,
+		`ALTER TABLE jobs ADD COLUMN submit_node TEXT NOT NULL DEFAULT ''`,
+		// JSON of name -> value sealed with the app's secret key; '' when there are none.
+		`ALTER TABLE jobs ADD COLUMN sealed_secrets TEXT NOT NULL DEFAULT ''`,
+		// One row per runner that ever had a lease or a wake; a free lease has instance ''.
+		`CREATE TABLE leases (
+			runner    TEXT PRIMARY KEY,
+			node      TEXT NOT NULL,
+			instance  TEXT NOT NULL,
+			expires   TEXT NOT NULL,
+			connected INTEGER NOT NULL,
+			wake      INTEGER NOT NULL
+		)`,
+	},
 }
 
 // schemaVersion is the schema this build writes.

@@ -121,7 +121,7 @@ func notFound(what, name string) error { return fmt.Errorf("%s %q: %w", what, na
 
 const runnerColumns = `name, url, mode, files, state, token, token_fingerprint, certificate,
 	pending_certificate, certificate_sha256, version, max_jobs, remote_addr, requested_at,
-	approved_at, last_seen`
+	approved_at, last_seen, seeded`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -130,7 +130,7 @@ func scanRunner(row scanner) (*app.Runner, error) {
 	var state, requested, approved, seen string
 	if err := row.Scan(&r.Name, &r.URL, &r.Mode, &r.Files, &state, &r.Token, &r.TokenFingerprint,
 		&r.Certificate, &r.PendingCertificate, &r.CertificateSHA256, &r.Version, &r.MaxJobs,
-		&r.RemoteAddr, &requested, &approved, &seen); err != nil {
+		&r.RemoteAddr, &requested, &approved, &seen, &r.Seeded); err != nil {
 		return nil, err
 	}
 	r.State = app.State(state)
@@ -164,7 +164,7 @@ func (s *Store) PutRunner(ctx context.Context, r *app.Runner) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	_, err := s.db.ExecContext(ctx, `INSERT INTO runners (`+runnerColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (name) DO UPDATE SET url = excluded.url, mode = excluded.mode,
 			files = excluded.files, state = excluded.state, token = excluded.token,
 			token_fingerprint = excluded.token_fingerprint, certificate = excluded.certificate,
@@ -172,10 +172,10 @@ func (s *Store) PutRunner(ctx context.Context, r *app.Runner) error {
 			certificate_sha256 = excluded.certificate_sha256, version = excluded.version,
 			max_jobs = excluded.max_jobs, remote_addr = excluded.remote_addr,
 			requested_at = excluded.requested_at, approved_at = excluded.approved_at,
-			last_seen = excluded.last_seen`,
+			last_seen = excluded.last_seen, seeded = excluded.seeded`,
 		r.Name, r.URL, r.Mode, r.Files, string(r.State), r.Token, r.TokenFingerprint,
 		r.Certificate, r.PendingCertificate, r.CertificateSHA256, r.Version, r.MaxJobs,
-		r.RemoteAddr, formatTime(r.RequestedAt), formatTime(r.ApprovedAt), formatTime(r.LastSeen))
+		r.RemoteAddr, formatTime(r.RequestedAt), formatTime(r.ApprovedAt), formatTime(r.LastSeen), r.Seeded)
 	if err != nil {
 		return fmt.Errorf("put runner %q: %w", r.Name, err)
 	}
@@ -220,9 +220,10 @@ func (s *Store) ListRunners(ctx context.Context) ([]*app.Runner, error) {
 // ---- jobs
 
 const jobColumns = `id, runner, start, secret_names, state, cancel_requested, status, exit_code,
-	message, created_at, dispatched_at, started_at, ended_at, last_seq`
+	message, created_at, dispatched_at, started_at, ended_at, submit_node, sealed_secrets, last_seq`
 
-// jobValues are the values of every job column but last_seq, in jobColumns' order.
+// jobValues are the values of every job column but last_seq, in jobColumns' order. Sealed
+// secrets are dropped once the job is past dispatch (app.Store.UpdateJob).
 func jobValues(j *app.Job) ([]any, error) {
 	start := j.Start
 	start.Secrets = nil // never stored; see app.JobRequest
@@ -234,17 +235,30 @@ func jobValues(j *app.Job) ([]any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("job %q: encode secret names: %w", j.ID, err)
 	}
+	sealed := ""
+	if len(j.SealedSecrets) > 0 && (j.State == app.JobQueued || j.State == app.JobDispatched) {
+		b, err := json.Marshal(j.SealedSecrets)
+		if err != nil {
+			return nil, fmt.Errorf("job %q: encode sealed secrets: %w", j.ID, err)
+		}
+		sealed = string(b)
+	}
 	return []any{j.ID, j.Runner, string(startJSON), string(names), string(j.State), j.CancelRequested,
 		j.Status, j.ExitCode, j.Message, formatTime(j.CreatedAt), formatTime(j.DispatchedAt),
-		formatTime(j.StartedAt), formatTime(j.EndedAt)}, nil
+		formatTime(j.StartedAt), formatTime(j.EndedAt), j.SubmitNode, sealed}, nil
 }
 
 func scanJob(row scanner) (*app.Job, error) {
 	var j app.Job
-	var start, names, state, created, dispatched, started, ended string
+	var start, names, state, created, dispatched, started, ended, sealed string
 	if err := row.Scan(&j.ID, &j.Runner, &start, &names, &state, &j.CancelRequested, &j.Status,
-		&j.ExitCode, &j.Message, &created, &dispatched, &started, &ended, &j.LastSeq); err != nil {
+		&j.ExitCode, &j.Message, &created, &dispatched, &started, &ended, &j.SubmitNode, &sealed, &j.LastSeq); err != nil {
 		return nil, err
+	}
+	if sealed != "" {
+		if err := json.Unmarshal([]byte(sealed), &j.SealedSecrets); err != nil {
+			return nil, fmt.Errorf("job %q: stored sealed secrets do not decode: %w", j.ID, err)
+		}
 	}
 	j.State = app.JobState(state)
 	if err := json.Unmarshal([]byte(start), &j.Start); err != nil {
@@ -280,7 +294,7 @@ func (s *Store) CreateJob(ctx context.Context, j *app.Job) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	res, err := s.db.ExecContext(ctx, `INSERT INTO jobs (`+jobColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0) ON CONFLICT (id) DO NOTHING`, vals...)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0) ON CONFLICT (id) DO NOTHING`, vals...)
 	if err != nil {
 		return fmt.Errorf("create job %q: %w", j.ID, err)
 	}
@@ -313,17 +327,29 @@ func (s *Store) UpdateJob(ctx context.Context, j *app.Job) error {
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	// last_seq is left out: only StoreRecords moves it.
+	// last_seq is left out: only StoreRecords moves it. An ended job is not touched, and a
+	// requested cancel stays requested (app.Store.UpdateJob), so an app node working from an
+	// older read cannot undo what another node stored since.
 	res, err := s.db.ExecContext(ctx, `UPDATE jobs SET runner = ?, start = ?, secret_names = ?,
-		state = ?, cancel_requested = ?, status = ?, exit_code = ?, message = ?, created_at = ?,
-		dispatched_at = ?, started_at = ?, ended_at = ? WHERE id = ?`, append(vals[1:], vals[0])...)
+		state = ?, cancel_requested = MAX(cancel_requested, ?), status = ?, exit_code = ?,
+		message = ?, created_at = ?, dispatched_at = ?, started_at = ?, ended_at = ?,
+		submit_node = ?, sealed_secrets = ? WHERE id = ? AND state != ?`,
+		append(vals[1:], vals[0], string(app.JobEnded))...)
 	if err != nil {
 		return fmt.Errorf("update job %q: %w", j.ID, err)
 	}
 	if n, err := res.RowsAffected(); err != nil {
 		return fmt.Errorf("update job %q: %w", j.ID, err)
 	} else if n == 0 {
-		return notFound("job", j.ID)
+		var state string
+		err := s.db.QueryRowContext(ctx, `SELECT state FROM jobs WHERE id = ?`, j.ID).Scan(&state)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return notFound("job", j.ID)
+		case err != nil:
+			return fmt.Errorf("update job %q: %w", j.ID, err)
+		}
+		return fmt.Errorf("update job %q: %w", j.ID, app.ErrJobEnded)
 	}
 	return nil
 }

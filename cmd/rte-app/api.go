@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -9,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -66,6 +68,7 @@ func newHandler(a *app.App, adminToken string, logger *zap.Logger, closing <-cha
 	admin.HandleFunc("GET /api/v2/runners", h.listRunners)
 	admin.HandleFunc("POST /api/v2/runners/{name}/approve", h.approve)
 	admin.HandleFunc("POST /api/v2/runners/{name}/reject", h.reject)
+	admin.HandleFunc("POST /api/v2/runners/{name}/check_node_connections", h.checkNodeConnections)
 	admin.HandleFunc("POST /api/v2/jobs", h.submit)
 	admin.HandleFunc("GET /api/v2/jobs", h.listJobs)
 	admin.HandleFunc("GET /api/v2/jobs/{id}", h.getJob)
@@ -151,6 +154,13 @@ func (s *statusRecorder) Write(b []byte) (int, error) {
 }
 
 func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// Hijack lets an outbound runner's WebSocket upgrade through: gorilla/websocket asks the
+// writer itself for http.Hijacker and does not look behind Unwrap.
+func (s *statusRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	s.status, s.wroteHeader = http.StatusSwitchingProtocols, true
+	return http.NewResponseController(s.ResponseWriter).Hijack()
+}
 
 func (h *api) listRunners(w http.ResponseWriter, r *http.Request) {
 	runners, err := h.app.ListRunners(r.Context())
@@ -316,6 +326,8 @@ func (h *api) submitJob(ctx context.Context, body jobRequest) (*app.Job, error) 
 			return nil, refuse(http.StatusBadRequest, "%s: %s", fe.Field, fe.Reason)
 		case errors.Is(err, app.ErrNotFound):
 			return nil, refuse(http.StatusBadRequest, "runner: no runner named %s", quote(req.Runner))
+		case errors.Is(err, app.ErrRefused):
+			return nil, refuse(http.StatusConflict, "%v", err)
 		}
 		return nil, err
 	}

@@ -178,7 +178,7 @@ func TestAdminPageInABrowser(t *testing.T) {
 	// A job started from the page, followed to its end.
 	b.startJob(appURL, runnerName, "examples/playbooks/site.yml", "examples/inventory/hosts.yml", `{"greeting": "hello from the browser test"}`)
 	successID := b.jobID()
-	b.waitUntil("the job ended success", `(document.querySelector('#job-state') || {}).textContent === 'success'`)
+	b.waitUntil("the job ended success", endedPage("success"))
 	out := b.text("#output")
 	for _, want := range []string{"PLAY [Demo play]", "hello from the browser test", "PLAY RECAP"} {
 		if !strings.Contains(out, want) {
@@ -205,7 +205,7 @@ func TestAdminPageInABrowser(t *testing.T) {
 		 !!document.querySelector('#summary tr.task[data-task="Sleep"]')`)
 	b.screenshot("5-job-running.png")
 	b.do("cancel the job", chromedp.Click(chromedp.CSS("#cancel-job")))
-	b.waitUntil("the job ended canceled", `(document.querySelector('#job-state') || {}).textContent === 'canceled'`)
+	b.waitUntil("the job ended canceled", endedPage("canceled"))
 	b.screenshot("6-job-canceled.png")
 
 	for id, want := range map[string]string{successID: "success", canceledID: "canceled"} {
@@ -216,6 +216,14 @@ func TestAdminPageInABrowser(t *testing.T) {
 	}
 	b.do("open the jobs list", chromedp.Navigate(appURL+"/jobs"), chromedp.WaitVisible(chromedp.CSS("#job-list")))
 	b.screenshot("7-jobs.png")
+}
+
+// endedPage is true on a job page drawn by the server after the job ended with status: the
+// badge alone turns as the end record arrives, a moment before the page reloads.
+func endedPage(status string) string {
+	return `document.readyState === 'complete' &&
+		(document.querySelector('#job') || {dataset: {}}).dataset.live === 'false' &&
+		document.querySelector('#job-state').textContent === '` + status + `'`
 }
 
 // buildRTE builds the real rte binary into a temporary directory.

@@ -70,6 +70,13 @@ func cli(ctx context.Context, name string, args, environ []string, stdout, stder
 		}
 		return code
 	}
+	if name == "check" {
+		code, err := checkCmd(ctx, c, args) // exit status: did every target connect
+		if err != nil {
+			return c.fail(name, err)
+		}
+		return code
+	}
 	var err error
 	switch name {
 	case "runners":

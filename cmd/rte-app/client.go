@@ -52,7 +52,13 @@ func (c *client) url(path string, q url.Values) string {
 
 // do sends one request and decodes a 2xx JSON answer into out (when not nil).
 func (c *client) do(ctx context.Context, method, path string, q url.Values, in, out any) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	return c.doWithin(ctx, 30*time.Second, method, path, q, in, out)
+}
+
+// doWithin is do with its own time limit, for a call the app answers slowly on purpose (a
+// connection check waits for the runner).
+func (c *client) doWithin(ctx context.Context, limit time.Duration, method, path string, q url.Values, in, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	var body io.Reader
 	if in != nil {

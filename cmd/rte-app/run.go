@@ -29,6 +29,9 @@ the admin token comes from APP_ADMIN_TOKEN):
   follow JOB            follow a job from its first record to its end
   jobs                  list jobs (--runner NAME, --state queued,running, --limit N)
   cancel JOB            cancel a job
+  check                 can the runner reach these hosts now? --runner NAME
+                        --target ssh://[user@]host[:port] [--target winrm://host[:port] ...]
+                        [--timeout 5s] [--json]; exit 0 when all connected, 2 when not
 
 demo:
   demo                  the app, a real RTE over TLS and a real playbook on this machine
@@ -36,8 +39,8 @@ demo:
 
   help                  print this text
 
-Exit status: 0 success; 1 rte-app could not do what was asked; 2 the playbook failed;
-3 the job was canceled, timed out, was abandoned or hit an error; 64 bad usage or settings.
+Exit status: 0 success; 1 rte-app could not do what was asked; 2 the playbook failed, or a
+target of check did not connect; 3 the job was canceled, timed out, was abandoned or hit an error; 64 bad usage or settings.
 docs/reference-app.md has the details.
 `
 
@@ -51,7 +54,7 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 	switch cmd {
 	case "serve":
 		return serve(ctx, args, environ, stderr)
-	case "runners", "approve", "reject", "run", "follow", "jobs", "cancel":
+	case "runners", "approve", "reject", "run", "follow", "jobs", "cancel", "check":
 		return cli(ctx, cmd, args, environ, stdout, stderr)
 	case "demo":
 		return demo(ctx, args, environ, stdout, stderr)

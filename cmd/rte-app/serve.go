@@ -83,9 +83,14 @@ func serveSettings(ctx context.Context, s *settings, logger *zap.Logger) error {
 		JoinToken:    string(s.JoinToken),
 		QueueTimeout: s.QueueTimeout(),
 		Files:        files.filesConfig(),
+		SecretKey:    string(s.SecretKey),
+		Seed:         s.seedSource(),
 	})
 	if err != nil {
 		return err
+	}
+	if err := a.ApplySeed(ctx); err != nil {
+		return fmt.Errorf("apply the config seed (APP_SEED): %w", err)
 	}
 	ln, err := net.Listen("tcp", s.Listen)
 	if err != nil {
@@ -98,7 +103,8 @@ func serveSettings(ctx context.Context, s *settings, logger *zap.Logger) error {
 		zap.Bool("join_token", s.JoinToken != ""),
 		zap.Duration("queue_timeout", s.QueueTimeout()),
 		zap.String("playbooks", s.PlaybooksPath), zap.String("inventory", s.InventoryPath),
-		zap.Int("files_max_mb", s.FilesMaxMB))
+		zap.Int("files_max_mb", s.FilesMaxMB),
+		zap.String("seed", s.Seed), zap.Bool("secret_key", s.SecretKey != ""))
 	return serveApp(ctx, a, ln, string(s.AdminToken), logger)
 }
 

@@ -44,6 +44,14 @@ type settings struct {
 	BundleCacheMB int    `env:"APP_BUNDLE_CACHE_MB" envDefault:"2048"`
 	LogLevel      string `env:"LOG_LEVEL" envDefault:"info"`
 	LogFormat     string `env:"LOG_FORMAT" envDefault:"json"`
+
+	// SecretKey seals job secrets in the database so that every app node sharing it can
+	// dispatch any job; the same on every node (seed.go).
+	SecretKey secret `env:"APP_SECRET_KEY"`
+	// Seed is the config seed: a YAML file of runners and their credentials (seed.go).
+	Seed string `env:"APP_SEED"`
+	// seed is the config seed as checked at load (seed.go); nil without APP_SEED.
+	seed *loadedSeed
 }
 
 // QueueTimeout is RTE_QUEUE_MINUTES as a duration.
@@ -89,6 +97,7 @@ func loadSettings(environ []string, hostname string) (*settings, error) {
 		s.Node = hostname
 	}
 	s.check(p, failed)
+	s.checkNodeSettings(vars, p)
 	if len(p.problems) > 0 {
 		return nil, p
 	}

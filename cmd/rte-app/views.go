@@ -38,7 +38,8 @@ type runnerView struct {
 	ApprovedAt  *time.Time `json:"approved_at,omitempty"`
 	LastSeen    *time.Time `json:"last_seen,omitempty"`
 
-	// Connected and what follows are live: this app node's socket to the runner.
+	// Connected and what follows are live: the socket to the runner, and Node the app node
+	// that holds it (this one, or another sharing the database).
 	Connected      bool               `json:"connected"`
 	Node           string             `json:"node,omitempty"`
 	Capacity       *protocol.Capacity `json:"capacity,omitempty"`
@@ -73,9 +74,13 @@ func newRunnerView(r *app.Runner, st app.RunnerStatus, live bool) runnerView {
 		v.ExpectedSHA256 = r.CertificateSHA256
 	}
 	if live && st.Connected {
-		capacity := st.Capacity
 		v.Connected = true
 		v.Node = st.Node
+	}
+	// A socket at another app node is known here by its lease alone; its capacity and hello
+	// are that node's to show.
+	if live && st.Connected && !st.Remote {
+		capacity := st.Capacity
 		v.Capacity = &capacity
 		v.Instance = st.Hello.Instance
 		v.AnsibleVersion = st.Hello.AnsibleVersion

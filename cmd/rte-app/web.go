@@ -81,7 +81,13 @@ func newWeb(h *api) *web {
 
 func (wb *web) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /static/", wb.static)
+	mux.HandleFunc("GET /static/", func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/") {
+			http.NotFound(w, r) // no directory listings
+			return
+		}
+		wb.static.ServeHTTP(w, r)
+	})
 	mux.HandleFunc("GET /signin", wb.signinPage)
 	mux.HandleFunc("POST /signin", wb.signin)
 	mux.Handle("POST /signout", wb.guard(wb.signout))

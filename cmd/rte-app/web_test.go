@@ -280,6 +280,21 @@ func TestSafeNext(t *testing.T) {
 	}
 }
 
+func TestWebStaticAssets(t *testing.T) {
+	ta := startTestApp(t)
+	c := newWebClient(t, ta)
+	for path, ctype := range map[string]string{"/static/app.css": "text/css", "/static/job.js": "text/javascript", "/static/favicon.svg": "image/svg+xml"} {
+		if a := c.get(path); a.status != http.StatusOK || !strings.HasPrefix(a.header.Get("Content-Type"), ctype) {
+			t.Errorf("GET %s without a session: got %d %s, want 200 %s", path, a.status, a.header.Get("Content-Type"), ctype)
+		}
+	}
+	for _, path := range []string{"/static/", "/static/nope.css"} {
+		if a := c.get(path); a.status != http.StatusNotFound {
+			t.Errorf("GET %s: got %d, want 404", path, a.status)
+		}
+	}
+}
+
 func TestWebSignOut(t *testing.T) {
 	ta := startTestApp(t)
 	c := signedIn(t, ta)

@@ -181,6 +181,7 @@ func serveSettings(ctx context.Context, s *config.Settings, environ []string, lo
 		Jobs:     runner,
 		Outbox:   sp,
 		Bundles:  files.bundles(),
+		Checker:  newChecker(environ, logger),
 		Hello: protocol.Hello{
 			Name: s.Name, Version: ver, Instance: hostname(), Mode: s.Mode, Files: s.Files,
 			MaxJobs: s.MaxJobs, TokenFingerprint: tokenFP, AnsibleVersion: ansibleVersion(logger),

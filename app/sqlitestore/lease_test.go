@@ -1,0 +1,122 @@
+package sqlitestore_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rte-project/rte/app"
+	"github.com/rte-project/rte/app/sqlitestore"
+)
+
+// TestLeaseClaimsRace: many app instances in two processes' worth of stores claim the same
+// runners at the same instant; each lease ends with exactly one holder, and every claimer was
+// told the same one.
+func TestLeaseClaimsRace(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "app.db")
+	stores := []*sqlitestore.Store{open(t, path), open(t, path)}
+	defer stores[0].Close()
+	defer stores[1].Close()
+	claims := []app.LeaseClaim{{Runner: "r1"}, {Runner: "r2"}, {Runner: "r3"}}
+	const instances = 8
+	got := make([][]app.Lease, instances)
+	var wg sync.WaitGroup
+	errs := make(chan error, instances)
+	for i := range instances {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ls, err := stores[i%2].ClaimLeases(ctx, fmt.Sprintf("app-%d", i), fmt.Sprintf("inst-%d", i), claims, t0, t0.Add(10*time.Second))
+			if err != nil {
+				errs <- err
+				return
+			}
+			got[i] = ls
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("a claim failed: %v", err)
+	}
+	final, err := stores[0].Leases(ctx)
+	if err != nil || len(final) != len(claims) {
+		t.Fatalf("leases %+v (%v), want one per runner", final, err)
+	}
+	for k, l := range final {
+		if l.Instance == "" {
+			t.Fatalf("runner %s has no holder after every instance claimed it", l.Runner)
+		}
+		for i := range instances {
+			// Each claimer saw either itself (it won, and nobody after it could) or the winner.
+			if h := got[i][k].Instance; h != l.Instance && h != fmt.Sprintf("inst-%d", i) {
+				t.Fatalf("instance %d was told %s holds %s, but %s does", i, h, l.Runner, l.Instance)
+			}
+			if h := got[i][k].Instance; h == fmt.Sprintf("inst-%d", i) && h != l.Instance {
+				t.Fatalf("instance %d and %s both won runner %s", i, l.Instance, l.Runner)
+			}
+		}
+	}
+}
+
+// TestMigrateFromVersion1: a file written by a build with schema version 1 opens, keeps what it
+// held, and takes the new columns and the leases.
+func TestMigrateFromVersion1(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "app.db")
+	raw, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range []string{
+		`CREATE TABLE schema_version (version INTEGER NOT NULL)`,
+		`INSERT INTO schema_version (version) VALUES (1)`,
+		`CREATE TABLE runners (name TEXT PRIMARY KEY, url TEXT NOT NULL, mode TEXT NOT NULL, files TEXT NOT NULL,
+			state TEXT NOT NULL, token TEXT NOT NULL, token_fingerprint TEXT NOT NULL, certificate BLOB,
+			pending_certificate BLOB, certificate_sha256 TEXT NOT NULL, version TEXT NOT NULL,
+			max_jobs INTEGER NOT NULL, remote_addr TEXT NOT NULL, requested_at TEXT NOT NULL,
+			approved_at TEXT NOT NULL, last_seen TEXT NOT NULL)`,
+		`CREATE TABLE jobs (id TEXT PRIMARY KEY, runner TEXT NOT NULL, start TEXT NOT NULL,
+			secret_names TEXT NOT NULL, state TEXT NOT NULL, cancel_requested INTEGER NOT NULL,
+			status TEXT NOT NULL, exit_code INTEGER NOT NULL, message TEXT NOT NULL,
+			created_at TEXT NOT NULL, dispatched_at TEXT NOT NULL, started_at TEXT NOT NULL,
+			ended_at TEXT NOT NULL, last_seq INTEGER NOT NULL DEFAULT 0)`,
+		`CREATE TABLE records (job TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL,
+			at TEXT NOT NULL, data BLOB NOT NULL, PRIMARY KEY (job, seq))`,
+		`INSERT INTO runners VALUES ('rte01', 'https://h:1', 'inbound', 'local', 'approved',
+			'tok-0123456789abcdef', 'abcd-ef12', NULL, NULL, '', '1.0', 0, '', '', '', '')`,
+		`INSERT INTO jobs VALUES ('j1', 'rte01', '{"job":"j1","playbook":"site.yml"}', 'null', 'queued',
+			0, '', 0, '', '2026-12-02T10:00:00.000000000Z', '', '', '', 0)`,
+	} {
+		if _, err := raw.Exec(stmt); err != nil {
+			t.Fatalf("write a version 1 file: %v", err)
+		}
+	}
+	raw.Close()
+
+	s := open(t, path)
+	defer s.Close()
+	r, err := s.GetRunner(ctx, "rte01")
+	if err != nil || r.Token != "tok-0123456789abcdef" || r.Seeded {
+		t.Fatalf("runner after the migration: %+v, %v", r, err)
+	}
+	j, err := s.GetJob(ctx, "j1")
+	if err != nil || j.SubmitNode != "" || j.SealedSecrets != nil || !j.CreatedAt.Equal(t0) {
+		t.Fatalf("job after the migration: %+v, %v", j, err)
+	}
+	r.Seeded = true
+	if err := s.PutRunner(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := s.GetRunner(ctx, "rte01"); !r.Seeded {
+		t.Fatal("seeded did not read back")
+	}
+	if _, err := s.ClaimLeases(ctx, "app-1", "a", []app.LeaseClaim{{Runner: "rte01"}}, t0, t0.Add(time.Second)); err != nil {
+		t.Fatalf("claim on a migrated file: %v", err)
+	}
+}
