@@ -157,6 +157,10 @@ type dialer struct {
 // Outbound runners are never dialled: they open their socket through Handler, and it is served
 // the same way. Run closes those sockets when it returns and refuses new ones from then on.
 //
+// With several app nodes on one store, Run dials only the inbound runners whose lease this node
+// holds, claims and renews leases, acts on what other nodes changed for the runners it holds,
+// and frees its leases when it returns, after its sockets are closed (lease.go).
+//
 // Run blocks until ctx is done and all its goroutines have exited; it returns nil then. It may
 // be called once per App.
 func (a *App) Run(ctx context.Context) error {

@@ -27,6 +27,18 @@
 // resends only what is missing. Store is the interface a backend implements: NewMemoryStore
 // here, and package sqlitestore on a file.
 //
+// Several app nodes may share one store (lease.go, docs/app-nodes.md). Each runner's socket is
+// held by one node at a time, named by the runner's lease in the store: inbound, only the
+// lease holder dials; outbound, the node the RTE dialled takes the lease. What one node changes
+// for a runner whose socket another holds (a job queued or canceled, an approval, a job limit)
+// raises the lease's wake counter, which the holder polls every LeasePoll. With
+// Config.SecretKey, a job's secrets are stored sealed until the runner has the job, so any node
+// can dispatch it (atrest.go).
+//
+// The config seed (seed.go) declares runners in a YAML file; ApplySeed adds or updates them. A
+// runner in ModeDatabase, left over from database mode, moves to outbound when its RTE signs in
+// with its token, unless the seed keeps it in database mode.
+//
 // What it refuses to do:
 //   - Accept a changed certificate silently. A registration or a dial that meets a certificate
 //     other than the approved one puts the runner back to waiting with that certificate
@@ -34,14 +46,14 @@
 //   - Let a caller without the runner's token change an approved runner. A registration with
 //     another token is refused and changes nothing, so nobody can knock an approved runner
 //     offline or plant a token of their own by registering under its name.
-//   - Log or store a token's or a secret's value. Only a token's short fingerprint is logged;
-//     a job's secrets live in memory until the runner has the job, sealed per dispatch with
-//     the runner's token, and a restart before that ends the job instead of sending it bare.
+//   - Log a token's or a secret's value, or store a secret's. Only a token's short fingerprint
+//     is logged; a job's secrets live in memory (and, with a secret key, sealed in the store)
+//     until the runner has the job, sealed per dispatch with the runner's token, and secrets
+//     lost to a restart end the job instead of sending it bare.
 //   - Ack a record before it is stored, or store a record of a job it did not give that runner.
 //   - Start a job twice. A job.start that may have been lost is sent again only for a job the
 //     runner does not hold, and the RTE answers a repeat with job.accepted without running it.
-//
-// The App serialises its own changes to runners and to jobs with a mutex each; several app
-// nodes sharing one store need the store to serialise them instead, and a job's secrets are
-// only in the memory of the node it was submitted to.
+//   - Let two app nodes undo each other. A node serialises its own changes to runners and jobs
+//     with a mutex each; across nodes, the store keeps an ended job ended and a requested
+//     cancel requested, whatever a node working from an older read writes (Store.UpdateJob).
 package app

@@ -293,13 +293,13 @@ func (a *App) claimRound(ctx context.Context) {
 	lb.mu.Lock()
 	held := make(map[string]time.Time, len(got))
 	var lost []Lease
-	gained := 0
+	var gained []string
 	for _, l := range got {
 		lb.table[l.Runner] = l
 		if l.Instance == lb.instance {
 			held[l.Runner] = l.Expires
 			if _, had := lb.held[l.Runner]; !had {
-				gained++
+				gained = append(gained, l.Runner)
 			}
 		} else if _, had := lb.held[l.Runner]; had {
 			lost = append(lost, l)
@@ -308,11 +308,16 @@ func (a *App) claimRound(ctx context.Context) {
 	for _, name := range release {
 		delete(lb.table, name)
 	}
-	changed := gained > 0 || len(lost) > 0 || len(release) > 0
+	changed := len(gained) > 0 || len(lost) > 0 || len(release) > 0
 	lb.held, lb.wanted, lb.lastClaim = held, wanted, now
 	lb.mu.Unlock()
 	a.leaseWorks()
 
+	for _, name := range gained {
+		if !outbound[name] {
+			a.log.Info("this app node holds the inbound runner's lease now and dials it", zap.String("runner", name))
+		}
+	}
 	for _, l := range lost {
 		a.log.Warn("another app node holds this runner's socket now; this node lets go of it",
 			zap.String("runner", l.Runner), zap.String("holder", l.Node))

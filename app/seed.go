@@ -143,6 +143,7 @@ func parseSeedRunner(item *yaml.Node, lookup func(string) (string, bool), p *See
 	}
 	vals := map[string]string{}
 	lines := map[string]int{}
+	bad := map[string]bool{} // keys already reported; their checks would only repeat it
 	for i := 0; i+1 < len(item.Content); i += 2 {
 		k, v := item.Content[i], item.Content[i+1]
 		key := k.Value
@@ -159,6 +160,7 @@ func parseSeedRunner(item *yaml.Node, lookup func(string) (string, bool), p *See
 			continue
 		case v.Kind != yaml.ScalarNode:
 			p.Problems = append(p.Problems, fmt.Sprintf("line %d: %s must be a single value, not a list or a mapping", v.Line, key))
+			bad[key] = true
 			continue
 		}
 		lines[key] = k.Line
@@ -169,6 +171,7 @@ func parseSeedRunner(item *yaml.Node, lookup func(string) (string, bool), p *See
 		val, err := expandVars(raw, lookup)
 		if err != nil {
 			p.Problems = append(p.Problems, fmt.Sprintf("line %d: %s: %v", v.Line, key, err))
+			bad[key] = true
 			continue
 		}
 		vals[key] = val
@@ -180,6 +183,9 @@ func parseSeedRunner(item *yaml.Node, lookup func(string) (string, bool), p *See
 		return item.Line
 	}
 	add := func(key, format string, args ...any) {
+		if bad[key] {
+			return
+		}
 		who := ""
 		if r.Name != "" {
 			who = fmt.Sprintf("runner %q: ", r.Name)

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,6 +39,12 @@ type jobRig struct {
 	env    []string
 	cancel context.CancelFunc
 	done   chan struct{}
+
+	// For more app nodes on the same store (nodes_test.go): the file, the config this node
+	// was made with, and its listener, where the RTE registers.
+	dbPath string
+	appCfg app.Config
+	srv    *httptest.Server
 }
 
 type rigOption func(*rigConfig)
@@ -62,7 +69,8 @@ func newJobRig(t testing.TB, opts ...rigOption) *jobRig {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	store, err := sqlitestore.Open(filepath.Join(t.TempDir(), "app.db"))
+	dbPath := filepath.Join(t.TempDir(), "app.db")
+	store, err := sqlitestore.Open(dbPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +93,8 @@ func newJobRig(t testing.TB, opts ...rigOption) *jobRig {
 	testdata, _ := filepath.Abs("testdata")
 	port := freePort(t)
 	px := newProxy(t, fmt.Sprintf("127.0.0.1:%d", port))
-	r := &jobRig{t: t, App: a, Store: store, Proxy: px, Name: "rte-jobs", dir: t.TempDir(), done: make(chan struct{})}
+	r := &jobRig{t: t, App: a, Store: store, Proxy: px, Name: "rte-jobs", dir: t.TempDir(), done: make(chan struct{}),
+		dbPath: dbPath, appCfg: appCfg, srv: srv}
 	r.env = append([]string{
 		"HTTPS=1", "RTE_TOKEN=" + testToken, "RTE_NAME=" + r.Name, "RTE_JOIN_TOKEN=" + joinToken,
 		"APP_URL=" + srv.URL, "RTE_URL=https://" + px.Addr(),
@@ -292,7 +301,12 @@ type proxy struct {
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
 	wg     sync.WaitGroup
+	// refusing closes every new connection at once, as a firewall that drops the way would.
+	refusing atomic.Bool
 }
+
+// Refuse makes the proxy close new connections at once (on) or carry them again (off).
+func (p *proxy) Refuse(on bool) { p.refusing.Store(on) }
 
 func newProxy(t testing.TB, target string) *proxy {
 	t.Helper()
@@ -319,6 +333,10 @@ func (p *proxy) accept() {
 		c, err := p.ln.Accept()
 		if err != nil {
 			return
+		}
+		if p.refusing.Load() {
+			c.Close()
+			continue
 		}
 		up, err := net.DialTimeout("tcp", p.target, 5*time.Second)
 		if err != nil {

@@ -46,8 +46,9 @@ type outboundApp struct {
 	dials map[string]int
 }
 
-// newOutboundApp opens the store at dbPath (a new one when empty) and runs the app on it.
-func newOutboundApp(t *testing.T, dbPath string) *outboundApp {
+// newOutboundApp opens the store at dbPath (a new one when empty) and runs the app on it;
+// edits change its config first (another node name, a seed).
+func newOutboundApp(t *testing.T, dbPath string, edits ...func(*app.Config)) *outboundApp {
 	t.Helper()
 	if dbPath == "" {
 		dbPath = filepath.Join(t.TempDir(), "app.db")
@@ -56,10 +57,14 @@ func newOutboundApp(t *testing.T, dbPath string) *outboundApp {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := app.New(app.Config{
+	cfg := app.Config{
 		Store: store, Logger: zaptest.NewLogger(t), Node: "app-1", JoinToken: joinToken,
 		PollInterval: 100 * time.Millisecond,
-	})
+	}
+	for _, edit := range edits {
+		edit(&cfg)
+	}
+	a, err := app.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
