@@ -126,8 +126,12 @@ func TestSlotsAreShared(t *testing.T) {
 			}
 		}
 	}
-	if tried != 2 || notTried != 2 {
-		t.Errorf("with 2 slots for 4 hung targets: %d tried and %d not tried, want 2 and 2", tried, notTried)
+	// Both checks start within the first one's timeout, so its two hung targets hold both slots
+	// while the second waits: at least one target of the second is never tried (with slots per
+	// check, all four would be). Once the first check times out and frees its slots, the second
+	// may still get one before its own deadline, so "exactly two" would depend on timing.
+	if tried < 2 || notTried < 1 || tried+notTried != 4 {
+		t.Errorf("with 2 slots for 4 hung targets: %d tried and %d not tried, want at least 2 tried and 1 not", tried, notTried)
 	}
 }
 
