@@ -147,7 +147,7 @@ func New(cfg Config) (*App, error) {
 	if cfg.Node == "" {
 		problems = append(problems, "Node is required: it names this app node to the runners (X-App-Node)")
 	} else if strings.IndexFunc(cfg.Node, unicode.IsControl) >= 0 || len(cfg.Node) > maxNameBytes {
-		problems = append(problems, fmt.Sprintf("Node %q must be 1 to %d printable characters", clipText(cfg.Node, 64), maxNameBytes))
+		problems = append(problems, fmt.Sprintf("Node %q must be 1 to %d printable characters", protocol.PeerText(cfg.Node, 64), maxNameBytes))
 	}
 	if cfg.JoinToken != "" && len(cfg.JoinToken) < protocol.MinTokenLength {
 		problems = append(problems, fmt.Sprintf("JoinToken is %d characters; use at least %d so it cannot be guessed", len(cfg.JoinToken), protocol.MinTokenLength))
@@ -319,7 +319,7 @@ func (a *App) Reject(ctx context.Context, name, reason string) error {
 	a.log.Info("runner rejected and removed",
 		zap.String("name", name),
 		zap.String("state", string(r.State)),
-		zap.String("reason", clipText(reason, 300)))
+		zap.String("reason", protocol.PeerText(reason, 300)))
 	if op != nil {
 		a.tellRejected(ctx, op, reason)
 	} else {
@@ -355,7 +355,7 @@ func (a *App) AddRunner(ctx context.Context, r *Runner) error {
 		}
 	case protocol.ModeOutbound, ModeDatabase:
 	default:
-		return fmt.Errorf("add runner %q: mode %q is not %s, %s or %s", r.Name, clipText(r.Mode, 64), protocol.ModeInbound, protocol.ModeOutbound, ModeDatabase)
+		return fmt.Errorf("add runner %q: mode %q is not %s, %s or %s", r.Name, protocol.PeerText(r.Mode, 64), protocol.ModeInbound, protocol.ModeOutbound, ModeDatabase)
 	}
 	if r.MaxJobs < 0 {
 		return fmt.Errorf("add runner %q: max jobs %d must not be negative", r.Name, r.MaxJobs)
@@ -460,7 +460,7 @@ func checkName(name string) error {
 	case len(name) > maxNameBytes:
 		return fmt.Errorf("name is %d bytes, at most %d are allowed", len(name), maxNameBytes)
 	case !utf8.ValidString(name) || strings.IndexFunc(name, unicode.IsControl) >= 0:
-		return fmt.Errorf("name %q holds control characters or invalid UTF-8", clipText(name, 64))
+		return fmt.Errorf("name %q holds control characters or invalid UTF-8", protocol.PeerText(name, 64))
 	case strings.TrimSpace(name) != name:
 		return fmt.Errorf("name %q starts or ends with a space", name)
 	}
@@ -474,13 +474,13 @@ func checkRunnerURL(raw string) error {
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return fmt.Errorf("url %q does not parse: set RTE_URL to an absolute https:// address", clipText(raw, 200))
+		return fmt.Errorf("url %q does not parse: set RTE_URL to an absolute https:// address", protocol.PeerText(raw, 200))
 	}
 	if s := strings.ToLower(u.Scheme); s != "http" && s != "https" {
-		return fmt.Errorf("url %q is not an absolute http:// or https:// URL: set RTE_URL to the address the app dials, such as https://rte01.example.com:8000", clipText(raw, 200))
+		return fmt.Errorf("url %q is not an absolute http:// or https:// URL: set RTE_URL to the address the app dials, such as https://rte01.example.com:8000", protocol.PeerText(raw, 200))
 	}
 	if u.Host == "" || u.Hostname() == "" {
-		return fmt.Errorf("url %q has no host: set RTE_URL to the address the app dials", clipText(raw, 200))
+		return fmt.Errorf("url %q has no host: set RTE_URL to the address the app dials", protocol.PeerText(raw, 200))
 	}
 	if u.User != nil {
 		return fmt.Errorf("url %q carries credentials: remove them from RTE_URL, the token is the runner's credential", u.Redacted())
@@ -493,24 +493,4 @@ func fingerprintOrEmpty(der []byte) string {
 		return ""
 	}
 	return protocol.CertificateFingerprint(der)
-}
-
-// clipText bounds text from a peer before it goes into an error or a log, keeping it valid
-// UTF-8 and on one line.
-func clipText(s string, n int) string {
-	s = strings.ToValidUTF8(s, "?")
-	s = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return ' '
-		}
-		return r
-	}, s)
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "..."
 }

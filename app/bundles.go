@@ -106,7 +106,7 @@ func (a *App) attachFiles(ctx context.Context, lv *live, id string) (ok bool, er
 	}
 	if packErr != nil {
 		a.log.Warn("job's files could not be packed; the job ends", zap.String("job", j.ID), zap.String("runner", j.Runner), zap.Error(packErr))
-		return false, a.endLocked(ctx, j, protocol.StatusError, "not started: "+clipText(packErr.Error(), maxEndMessage))
+		return false, a.endLocked(ctx, j, protocol.StatusError, "not started: "+protocol.PeerText(packErr.Error(), maxEndMessage))
 	}
 	j.Start.Files = files
 	if err := a.cfg.Store.UpdateJob(ctx, j); err != nil {
@@ -144,7 +144,7 @@ func (a *App) serveBundles(ctx context.Context, lv *live, m *protocol.BundleWant
 	case a.cfg.Files == nil:
 		reason = "this app does not serve bundles: run the runner with RTE_FILES=local, or use an app that transfers files"
 	case errors.Is(err, ErrNotFound), err == nil && j.Runner != lv.peer.Runner:
-		reason = fmt.Sprintf("job %q is not a job this app gave runner %q", clipText(m.Job, 128), lv.peer.Runner)
+		reason = fmt.Sprintf("job %q is not a job this app gave runner %q", protocol.PeerText(m.Job, 128), lv.peer.Runner)
 	case err != nil:
 		reason = "the app could not read the job; ask again later"
 		log.Error("bundle.want: reading the job failed", zap.Error(err))
@@ -188,7 +188,7 @@ func (a *App) sendBundle(ctx context.Context, lv *live, hash string, log *zap.Lo
 	conn := lv.peer.Conn
 	missing := func(reason string) {
 		log.Warn("bundle not sent", zap.String("reason", reason))
-		_ = conn.SendAfterBinary(ctx, protocol.BundleMissing{Hash: hash, Reason: clipText(reason, maxMissingReason)})
+		_ = conn.SendAfterBinary(ctx, protocol.BundleMissing{Hash: hash, Reason: protocol.PeerText(reason, maxMissingReason)})
 	}
 	raw, err := protocol.ParseHash(hash)
 	if err != nil {

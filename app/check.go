@@ -140,7 +140,7 @@ func (a *App) Check(ctx context.Context, runner string, targets []protocol.Check
 	}
 	switch m := answer.(type) {
 	case *protocol.Error:
-		return protocol.CheckResult{}, fmt.Errorf("check from runner %q: %w (%s): %s", runner, ErrCheckRefused, clipText(m.Code, 64), clipText(m.Message, 300))
+		return protocol.CheckResult{}, fmt.Errorf("check from runner %q: %w (%s): %s", runner, ErrCheckRefused, protocol.PeerText(m.Code, 64), protocol.PeerText(m.Message, 300))
 	case *protocol.CheckResult:
 		return checkOutcomes(runner, msg.Targets, m)
 	}
@@ -157,9 +157,9 @@ func checkOutcomes(runner string, targets []protocol.CheckTarget, res *protocol.
 	for i, o := range res.Results {
 		if o.Host != targets[i].Host || o.Name != targets[i].Name {
 			return protocol.CheckResult{}, fmt.Errorf("check from runner %q: outcome %d is for %q (%q), but target %d is %q (%q)",
-				runner, i, clipText(o.Host, 128), clipText(o.Name, 128), i, targets[i].Host, targets[i].Name)
+				runner, i, protocol.PeerText(o.Host, 128), protocol.PeerText(o.Name, 128), i, targets[i].Host, targets[i].Name)
 		}
-		o.Message = clipText(o.Message, maxCheckMessage)
+		o.Message = protocol.PeerText(o.Message, maxCheckMessage)
 		out.Results[i] = o
 	}
 	return out, nil
@@ -171,7 +171,7 @@ func checkOutcomes(runner string, targets []protocol.CheckTarget, res *protocol.
 func (a *App) checkAnswered(lv *live, m *protocol.CheckResult) {
 	if !a.checks.deliver(lv.peer.Runner, m.ID, m) {
 		a.log.Debug("connection check result nobody waits for on this app node; dropped",
-			zap.String("runner", lv.peer.Runner), zap.String("check", clipText(m.ID, 128)))
+			zap.String("runner", lv.peer.Runner), zap.String("check", protocol.PeerText(m.ID, 128)))
 	}
 }
 

@@ -79,7 +79,7 @@ func (a *App) Connect(ctx context.Context, name string) (*Peer, error) {
 	}
 	if hello.Name != name {
 		a.log.Warn("runner calls itself by another name than the app does; the token matched, so the app carries on",
-			zap.String("name", name), zap.String("hello_name", clipText(hello.Name, maxNameBytes)))
+			zap.String("name", name), zap.String("hello_name", protocol.PeerText(hello.Name, maxNameBytes)))
 	}
 	if err := a.markSeen(ctx, name, hello); err != nil {
 		closeWS(ws, websocket.CloseGoingAway, "app could not store the runner")
@@ -88,8 +88,8 @@ func (a *App) Connect(ctx context.Context, name string) (*Peer, error) {
 	a.log.Info("runner connected",
 		zap.String("name", name),
 		zap.String("url", r.URL),
-		zap.String("version", clipText(hello.Version, 64)),
-		zap.String("ansible_version", clipText(hello.AnsibleVersion, 64)),
+		zap.String("version", protocol.PeerText(hello.Version, 64)),
+		zap.String("ansible_version", protocol.PeerText(hello.AnsibleVersion, 64)),
 		zap.String("files", hello.Files),
 		zap.Int("running", len(hello.Running)),
 		zap.Int("spooled", len(hello.Spooled)))
@@ -156,7 +156,7 @@ func (a *App) markSeen(ctx context.Context, name string, hello protocol.Hello) e
 		return fmt.Errorf("update runner %q: %w", name, err)
 	}
 	r.LastSeen = a.cfg.Now()
-	r.Version = clipText(hello.Version, 64)
+	r.Version = protocol.PeerText(hello.Version, 64)
 	r.Files = hello.Files
 	if err := a.cfg.Store.PutRunner(ctx, r); err != nil {
 		return fmt.Errorf("update runner %q: %w", name, err)
@@ -367,7 +367,7 @@ func (p *Peer) Next(ctx context.Context) (protocol.Message, error) {
 			case errors.As(err, &de):
 				reply = de.Reply()
 			case err != nil:
-				reply = protocol.Error{Code: protocol.ErrInvalid, Message: clipText(err.Error(), 300)}
+				reply = protocol.Error{Code: protocol.ErrInvalid, Message: protocol.PeerText(err.Error(), 300)}
 			case !fromRTE[m.Type()]:
 				reply = protocol.Error{Code: protocol.ErrUnexpected, Message: fmt.Sprintf("%s is not a message an RTE sends after the handshake", m.Type())}
 			default:

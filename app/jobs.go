@@ -42,7 +42,7 @@ func (a *App) Submit(ctx context.Context, req JobRequest) (*Job, error) {
 		start.Job = newJobID()
 	}
 	if err := start.Validate(); err != nil {
-		return nil, fmt.Errorf("submit job %q: %w", clipText(start.Job, 128), err)
+		return nil, fmt.Errorf("submit job %q: %w", protocol.PeerText(start.Job, 128), err)
 	}
 	// The encoded size is bounded by the message limit, so a job the RTE could not even read
 	// fails here, not at dispatch. Sealing grows each secret a little; leave room for that.
@@ -98,7 +98,7 @@ func (a *App) Submit(ctx context.Context, req JobRequest) (*Job, error) {
 	a.log.Info("job queued",
 		zap.String("job", j.ID),
 		zap.String("runner", j.Runner),
-		zap.String("playbook", clipText(j.Start.Playbook, 200)),
+		zap.String("playbook", protocol.PeerText(j.Start.Playbook, 200)),
 		zap.Strings("secrets", j.SecretNames))
 	a.changed(j.ID)
 	a.wakeHolder(ctx, j.Runner)

@@ -322,7 +322,7 @@ func (a *App) claimRound(ctx context.Context) {
 		a.log.Warn("another app node holds this runner's socket now; this node lets go of it",
 			zap.String("runner", l.Runner), zap.String("holder", l.Node))
 		if op := a.out.peer(l.Runner); op != nil {
-			op.conn.Close(protocol.CloseReplaced, fmt.Sprintf("replaced by a newer socket of this runner at app node %s", clipText(l.Node, maxNameBytes)))
+			op.conn.Close(protocol.CloseReplaced, fmt.Sprintf("replaced by a newer socket of this runner at app node %s", protocol.PeerText(l.Node, maxNameBytes)))
 		}
 	}
 	if changed {

@@ -111,7 +111,7 @@ func (a *App) serveOutbound(w http.ResponseWriter, req *http.Request) {
 			fp = protocol.TokenFingerprint(token)
 		}
 		a.out.refusals.Warn("outbound socket refused",
-			zap.String("remote_addr", req.RemoteAddr), zap.String("name", clipText(name, maxNameBytes)),
+			zap.String("remote_addr", req.RemoteAddr), zap.String("name", protocol.PeerText(name, maxNameBytes)),
 			zap.String("token_fingerprint", fp), zap.Int("status", status), zap.String("error", ans.body.Error))
 		if status == http.StatusUnauthorized {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="rte"`)
@@ -165,7 +165,7 @@ func (a *App) serveOutbound(w http.ResponseWriter, req *http.Request) {
 	upgrader := websocket.Upgrader{
 		Subprotocols: []string{protocol.Subprotocol},
 		Error: func(w http.ResponseWriter, _ *http.Request, status int, reason error) {
-			refuse(status, "websocket upgrade: %s", clipText(reason.Error(), 200))
+			refuse(status, "websocket upgrade: %s", protocol.PeerText(reason.Error(), 200))
 		},
 	}
 	ws, err := upgrader.Upgrade(w, req, nil)
@@ -232,13 +232,13 @@ func (a *App) serveOutboundSocket(ctx context.Context, ws *websocket.Conn, name,
 	}
 	if hello.Name != name {
 		log.Warn("runner calls itself by another name in its hello than in X-RTE-Name; the token matched, so the app carries on",
-			zap.String("hello_name", clipText(hello.Name, maxNameBytes)))
+			zap.String("hello_name", protocol.PeerText(hello.Name, maxNameBytes)))
 	}
 	fields := []zap.Field{
 		zap.Bool("approved", welcome.Approved),
 		zap.String("token_fingerprint", protocol.TokenFingerprint(token)),
-		zap.String("version", clipText(hello.Version, 64)),
-		zap.String("ansible_version", clipText(hello.AnsibleVersion, 64)),
+		zap.String("version", protocol.PeerText(hello.Version, 64)),
+		zap.String("ansible_version", protocol.PeerText(hello.AnsibleVersion, 64)),
 		zap.String("files", hello.Files),
 		zap.Int("running", len(hello.Running)),
 		zap.Int("spooled", len(hello.Spooled)),
@@ -391,7 +391,7 @@ func (a *App) attachOutbound(ctx context.Context, name, token, remoteAddr string
 		return nil, welcome, nil, fmt.Errorf("read runner %q: %w", name, err)
 	}
 	r.LastSeen = a.cfg.Now()
-	r.Version = clipText(hello.Version, 64)
+	r.Version = protocol.PeerText(hello.Version, 64)
 	r.Files = hello.Files
 	r.RemoteAddr = remoteAddr
 	if err := a.cfg.Store.PutRunner(ctx, r); err != nil {
@@ -439,7 +439,7 @@ func (a *App) tellApproved(ctx context.Context, r *Runner) (undo func()) {
 // tellRejected sends rejected to an outbound runner's socket and closes it with 4003, so the
 // RTE logs the reason and stays away for long. It blocks for at most rejectedFlush.
 func (a *App) tellRejected(ctx context.Context, op *outboundPeer, reason string) {
-	reason = clipText(reason, 300)
+	reason = protocol.PeerText(reason, 300)
 	_ = op.conn.Send(ctx, protocol.Rejected{Reason: reason})
 	t := time.NewTimer(rejectedFlush)
 	defer t.Stop()

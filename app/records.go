@@ -287,15 +287,15 @@ func applyEnd(j *Job, r protocol.Record) {
 	switch err := json.Unmarshal(r.Data, &d); {
 	case err != nil:
 		j.Status = protocol.StatusError
-		j.Message = "the runner's end record does not read as one: " + clipText(err.Error(), 200)
+		j.Message = "the runner's end record does not read as one: " + protocol.PeerText(err.Error(), 200)
 	case !knownStatus[d.Status]:
 		j.Status = protocol.StatusError
 		j.ExitCode = d.ExitCode
-		j.Message = fmt.Sprintf("the runner ended the job with status %q, which protocol v1 does not know: %s", clipText(d.Status, 32), clipText(d.Message, maxEndMessage))
+		j.Message = fmt.Sprintf("the runner ended the job with status %q, which protocol v1 does not know: %s", protocol.PeerText(d.Status, 32), protocol.PeerText(d.Message, maxEndMessage))
 	default:
 		j.Status = d.Status
 		j.ExitCode = d.ExitCode
-		j.Message = clipText(d.Message, maxEndMessage)
+		j.Message = protocol.PeerText(d.Message, maxEndMessage)
 	}
 }
 
@@ -320,8 +320,8 @@ func (a *App) handleControl(ctx context.Context, lv *live, m protocol.Message) {
 			return // Check returns it to its caller
 		}
 		log.Warn("runner answered a message with an error",
-			zap.String("code", clipText(m.Code, 64)), zap.String("ref", clipText(m.Ref, 128)),
-			zap.String("message", clipText(m.Message, 300)))
+			zap.String("code", protocol.PeerText(m.Code, 64)), zap.String("ref", protocol.PeerText(m.Ref, 128)),
+			zap.String("message", protocol.PeerText(m.Message, 300)))
 	case *protocol.CheckResult:
 		a.checkAnswered(lv, m)
 	}
@@ -356,7 +356,7 @@ func (a *App) accepted(ctx context.Context, lv *live, id string) {
 // take.
 func (a *App) refused(ctx context.Context, lv *live, m *protocol.JobRefused) {
 	log := a.log.With(zap.String("runner", lv.peer.Runner), zap.String("job", m.Job), zap.String("code", m.Code))
-	reason := clipText(m.Message, 300)
+	reason := protocol.PeerText(m.Message, 300)
 	a.jobsMu.Lock()
 	defer a.jobsMu.Unlock()
 	j, err := a.cfg.Store.GetJob(ctx, m.Job)

@@ -101,7 +101,7 @@ func decodeRegistration(w http.ResponseWriter, req *http.Request) (registration,
 		case errors.As(err, &typeErr) && typeErr.Field != "":
 			return fail(http.StatusBadRequest, "%s must be a JSON %s, not %s", typeErr.Field, typeErr.Type.Kind(), typeErr.Value)
 		default:
-			return fail(http.StatusBadRequest, "body is not a registration JSON object (%s)", clipText(err.Error(), 200))
+			return fail(http.StatusBadRequest, "body is not a registration JSON object (%s)", protocol.PeerText(err.Error(), 200))
 		}
 	}
 	if err := checkName(body.Name); err != nil {
@@ -124,7 +124,7 @@ func decodeRegistration(w http.ResponseWriter, req *http.Request) (registration,
 		url:       body.URL,
 		token:     body.Token,
 		joinToken: body.JoinToken,
-		version:   clipText(body.Version, 64),
+		version:   protocol.PeerText(body.Version, 64),
 	}
 	if isHTTPS(body.URL) {
 		if body.Certificate == "" {
@@ -155,7 +155,7 @@ func parseCertificatePEM(text string) ([]byte, error) {
 			continue
 		}
 		if _, err := x509.ParseCertificate(block.Bytes); err != nil {
-			return nil, fmt.Errorf("the CERTIFICATE block does not parse: %s", clipText(err.Error(), 200))
+			return nil, fmt.Errorf("the CERTIFICATE block does not parse: %s", protocol.PeerText(err.Error(), 200))
 		}
 		return block.Bytes, nil
 	}

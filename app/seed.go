@@ -80,7 +80,7 @@ func ParseSeed(path string, data []byte, lookup func(string) (string, bool)) (*S
 	p := &SeedError{Path: path}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		p.Problems = append(p.Problems, fmt.Sprintf("not YAML: %s", clipText(err.Error(), 300)))
+		p.Problems = append(p.Problems, fmt.Sprintf("not YAML: %s", protocol.PeerText(err.Error(), 300)))
 		return nil, p
 	}
 	if len(bytes.TrimSpace(data)) == 0 || len(doc.Content) == 0 {
@@ -103,7 +103,7 @@ func ParseSeed(path string, data []byte, lookup func(string) (string, bool)) (*S
 			}
 			list = v
 		default:
-			p.Problems = append(p.Problems, fmt.Sprintf("line %d: unknown key %q: the seed holds runners: only", k.Line, clipText(k.Value, 64)))
+			p.Problems = append(p.Problems, fmt.Sprintf("line %d: unknown key %q: the seed holds runners: only", k.Line, protocol.PeerText(k.Value, 64)))
 		}
 	}
 	switch {
@@ -153,7 +153,7 @@ func parseSeedRunner(item *yaml.Node, lookup func(string) (string, bool), p *See
 		}
 		switch {
 		case !known:
-			p.Problems = append(p.Problems, fmt.Sprintf("line %d: unknown key %q; a runner has %s", k.Line, clipText(key, 64), strings.Join(seedKeys, ", ")))
+			p.Problems = append(p.Problems, fmt.Sprintf("line %d: unknown key %q; a runner has %s", k.Line, protocol.PeerText(key, 64), strings.Join(seedKeys, ", ")))
 			continue
 		case lines[key] != 0:
 			p.Problems = append(p.Problems, fmt.Sprintf("line %d: %s is given twice (first at line %d)", k.Line, key, lines[key]))
@@ -207,7 +207,7 @@ func parseSeedRunner(item *yaml.Node, lookup func(string) (string, bool), p *See
 	switch r.Mode {
 	case protocol.ModeInbound, protocol.ModeOutbound, ModeDatabase:
 	default:
-		add("rte_mode", "rte_mode %q is not inbound, outbound or database", clipText(r.Mode, 64))
+		add("rte_mode", "rte_mode %q is not inbound, outbound or database", protocol.PeerText(r.Mode, 64))
 	}
 	r.Token = vals["token"]
 	switch {
@@ -246,7 +246,7 @@ func parseSeedRunner(item *yaml.Node, lookup func(string) (string, bool), p *See
 	if v, given := vals["max_jobs"]; given && strings.TrimSpace(v) != "" {
 		n, err := strconv.Atoi(strings.TrimSpace(v))
 		if err != nil || n < 0 {
-			add("max_jobs", "max_jobs %q is not a whole number of at least 0 (0: the runner's own RTE_MAX_JOBS)", clipText(v, 32))
+			add("max_jobs", "max_jobs %q is not a whole number of at least 0 (0: the runner's own RTE_MAX_JOBS)", protocol.PeerText(v, 32))
 		}
 		r.MaxJobs = n
 	}
@@ -279,7 +279,7 @@ func expandVars(s string, lookup func(string) (string, bool)) (string, error) {
 			}
 			name := s[2:end]
 			if !validVarName(name) {
-				return "", fmt.Errorf("${%s} does not name a variable: use letters, digits and _, not starting with a digit", clipText(name, 64))
+				return "", fmt.Errorf("${%s} does not name a variable: use letters, digits and _, not starting with a digit", protocol.PeerText(name, 64))
 			}
 			v, ok := lookup(name)
 			if !ok || v == "" {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+	"github.com/rte-project/rte/protocol"
 	"golang.org/x/sys/unix"
 )
 
@@ -64,7 +65,7 @@ func (e *UnsafeEntryError) Error() string {
 }
 
 func unsafeEntry(name, rule string) error {
-	return &UnsafeEntryError{Entry: clip(name, 200), Rule: rule}
+	return &UnsafeEntryError{Entry: protocol.PeerText(name, 200), Rule: rule}
 }
 
 // sshIdentities are the file names ssh-keygen gives private keys by default. Only names are
@@ -183,7 +184,7 @@ func scan(ctx context.Context, root string, opts PackOptions) ([]entry, error) {
 			}
 			norm, rule := linkTarget(rel, t)
 			if rule != "" {
-				return unsafeEntry(rel, fmt.Sprintf("symlink to %q: %s; the RTE would not have its target", clip(t, 200), rule))
+				return unsafeEntry(rel, fmt.Sprintf("symlink to %q: %s; the RTE would not have its target", protocol.PeerText(t, 200), rule))
 			}
 			e.target = norm
 		default:
@@ -359,16 +360,4 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 		err = io.ErrShortWrite
 	}
 	return n, err
-}
-
-// clip bounds a name from a bundle or a directory before it goes into an error.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && s[cut]&0xC0 == 0x80 {
-		cut--
-	}
-	return s[:cut] + "..."
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/klauspost/compress/zstd"
+	"github.com/rte-project/rte/protocol"
 	"golang.org/x/sys/unix"
 )
 
@@ -165,12 +166,12 @@ func (u *unpacker) run(ctx context.Context, tr *tar.Reader) error {
 		}
 		u.entries++
 		if u.entries > u.lim.MaxEntries {
-			return &LimitError{Limit: "MaxEntries", Max: int64(u.lim.MaxEntries), Entry: clip(hdr.Name, 200)}
+			return &LimitError{Limit: "MaxEntries", Max: int64(u.lim.MaxEntries), Entry: protocol.PeerText(hdr.Name, 200)}
 		}
 		// Counting declared sizes of every type, before reading, stops a bomb at its header:
 		// nothing is decompressed for an entry that would go past the limit.
 		if hdr.Size > u.lim.MaxBytes-u.bytes {
-			return &LimitError{Limit: "MaxBytes", Max: u.lim.MaxBytes, Entry: clip(hdr.Name, 200)}
+			return &LimitError{Limit: "MaxBytes", Max: u.lim.MaxBytes, Entry: protocol.PeerText(hdr.Name, 200)}
 		}
 		u.bytes += hdr.Size
 		if err := u.entry(ctx, tr, hdr); err != nil {
@@ -181,7 +182,7 @@ func (u *unpacker) run(ctx context.Context, tr *tar.Reader) error {
 
 func (u *unpacker) readErr(err error, entry string) error {
 	if errors.Is(err, zstd.ErrWindowSizeExceeded) || errors.Is(err, zstd.ErrDecoderSizeExceeded) {
-		return &LimitError{Limit: "MaxDecoderMemory", Max: int64(u.lim.MaxDecoderMemory), Entry: clip(entry, 200)}
+		return &LimitError{Limit: "MaxDecoderMemory", Max: int64(u.lim.MaxDecoderMemory), Entry: protocol.PeerText(entry, 200)}
 	}
 	if errors.Is(err, io.ErrUnexpectedEOF) {
 		err = errors.New("the bundle ends too early (truncated)")
@@ -212,7 +213,7 @@ func (u *unpacker) entry(ctx context.Context, tr *tar.Reader, hdr *tar.Header) e
 	case tar.TypeSymlink:
 		target, rule := linkTarget(name, hdr.Linkname)
 		if rule != "" {
-			return unsafeEntry(name, fmt.Sprintf("symlink to %q: %s", clip(hdr.Linkname, 200), rule))
+			return unsafeEntry(name, fmt.Sprintf("symlink to %q: %s", protocol.PeerText(hdr.Linkname, 200), rule))
 		}
 		return u.symlink(name, target)
 	case tar.TypeLink:
@@ -273,9 +274,9 @@ func (u *unpacker) dirFD(dir, entry string) (int, error) {
 	}
 	switch u.kinds[dir] {
 	case kindLink:
-		return -1, unsafeEntry(entry, fmt.Sprintf("it would be written through the symlink %q", clip(dir, 200)))
+		return -1, unsafeEntry(entry, fmt.Sprintf("it would be written through the symlink %q", protocol.PeerText(dir, 200)))
 	case kindFile:
-		return -1, unsafeEntry(entry, fmt.Sprintf("its parent %q is a file", clip(dir, 200)))
+		return -1, unsafeEntry(entry, fmt.Sprintf("its parent %q is a file", protocol.PeerText(dir, 200)))
 	case 0:
 		pfd, base, err := u.parent(dir)
 		if err != nil {

@@ -73,7 +73,7 @@ func Open(cfg Config) (*Cache, error) {
 		problems = append(problems, fmt.Errorf("cache: MaxBytes (RTE_CACHE_MB) must be positive, got %d bytes", cfg.MaxBytes))
 	}
 	if !validOwner(cfg.Owner) {
-		problems = append(problems, fmt.Errorf("cache: Owner %q is not 1 to 128 of [A-Za-z0-9._-]; use NewOwner", clip(cfg.Owner, 64)))
+		problems = append(problems, fmt.Errorf("cache: Owner %q is not 1 to 128 of [A-Za-z0-9._-]; use NewOwner", protocol.PeerText(cfg.Owner, 64)))
 	}
 	if cfg.StaleAfter < 0 {
 		problems = append(problems, fmt.Errorf("cache: StaleAfter must not be negative, got %s", cfg.StaleAfter))
@@ -341,7 +341,7 @@ func (c *Cache) Acquire(hashes ...string) (release func(), err error) {
 	for i, h := range hashes {
 		if !protocol.ValidHash(h) {
 			release()
-			return nil, fmt.Errorf("pin bundle: %q is not sha256: and 64 lowercase hex digits", clip(h, 80))
+			return nil, fmt.Errorf("pin bundle: %q is not sha256: and 64 lowercase hex digits", protocol.PeerText(h, 80))
 		}
 		if slices.Contains(hashes[:i], h) {
 			continue
@@ -493,16 +493,4 @@ func (c *Cache) remove(hash string) (bool, error) {
 		return true, fmt.Errorf("evict bundle %s: remove lock file: %w", hash, err)
 	}
 	return true, nil
-}
-
-// clip bounds text from the peer before it goes into an error or a log.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && s[cut]&0xC0 == 0x80 {
-		cut--
-	}
-	return s[:cut] + "..."
 }

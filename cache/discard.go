@@ -35,7 +35,7 @@ func isSystemError(err error) bool {
 // holds it discards it in turn when it fails on it too.
 func (c *Cache) Discard(hash string) (bool, error) {
 	if !protocol.ValidHash(hash) {
-		return false, fmt.Errorf("discard bundle: %q is not sha256: and 64 lowercase hex digits", clip(hash, 80))
+		return false, fmt.Errorf("discard bundle: %q is not sha256: and 64 lowercase hex digits", protocol.PeerText(hash, 80))
 	}
 	c.evictMu.Lock()
 	defer c.evictMu.Unlock()

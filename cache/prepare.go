@@ -53,7 +53,7 @@ func (c *Cache) Validate(js *protocol.JobStart) error {
 			field = fmt.Sprintf("files.inventories[%d]", i-1)
 		}
 		if !protocol.ValidHash(r.Hash) {
-			return fmt.Errorf("%s.hash: %q is not sha256: and 64 lowercase hex digits", field, clip(r.Hash, 80))
+			return fmt.Errorf("%s.hash: %q is not sha256: and 64 lowercase hex digits", field, protocol.PeerText(r.Hash, 80))
 		}
 		if r.Size < 0 {
 			return fmt.Errorf("%s.size: %d is negative", field, r.Size)
@@ -79,7 +79,7 @@ func (c *Cache) Validate(js *protocol.JobStart) error {
 }
 
 func checkRel(field, rel string) error {
-	shown := clip(rel, 200)
+	shown := protocol.PeerText(rel, 200)
 	switch {
 	case rel == "":
 		return fmt.Errorf("%s: must not be empty", field)
@@ -225,7 +225,7 @@ func (c *Cache) unpack(ctx context.Context, ref protocol.BundleRef, dest string)
 // through a symlink (checkRel already refused absolute paths and ".."). The path is returned
 // as given, not resolved: ansible's playbook_dir and relative lookups follow the name used.
 func resolveIn(root, rel string, dirOK bool) (string, error) {
-	shown := clip(rel, 200)
+	shown := protocol.PeerText(rel, 200)
 	joined := filepath.Join(root, filepath.FromSlash(rel))
 	realRoot, err := filepath.EvalSymlinks(root)
 	if err != nil {

@@ -182,7 +182,7 @@ func (c *Cache) dropUnusedLock(hash string) {
 // than once. A job directory that already exists is refused: the job is running already.
 func (c *Cache) JobDir(job string) (dir string, cleanup func(), err error) {
 	if !protocol.ValidJobID(job) {
-		return "", nil, fmt.Errorf("job directory: job id %q is not 1 to 128 of [A-Za-z0-9._-]", clip(job, 64))
+		return "", nil, fmt.Errorf("job directory: job id %q is not 1 to 128 of [A-Za-z0-9._-]", protocol.PeerText(job, 64))
 	}
 	if err := os.MkdirAll(c.jobs, 0o700); err != nil {
 		return "", nil, fmt.Errorf("job directory: %w", err)

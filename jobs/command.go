@@ -200,7 +200,7 @@ var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 func checkEnv(env map[string]string, reserved []string) error {
 	for _, k := range sortedKeys(env) {
 		if !envName.MatchString(k) {
-			return fmt.Errorf("env: %q is not a variable name ([A-Za-z_][A-Za-z0-9_]*)", clip(k, 64))
+			return fmt.Errorf("env: %q is not a variable name ([A-Za-z_][A-Za-z0-9_]*)", protocol.PeerText(k, 64))
 		}
 		if slices.Contains(reserved, k) {
 			return fmt.Errorf("env.%s: the RTE sets this itself (events plugin or job temp directory); remove it from the job", k)
@@ -220,7 +220,7 @@ func checkTags(js *protocol.JobStart) error {
 	}{{"tags", js.Tags}, {"skip_tags", js.SkipTags}} {
 		for i, t := range f.tags {
 			if strings.TrimSpace(t) == "" || strings.Contains(t, ",") {
-				return fmt.Errorf("%s[%d]: %q must be a non-empty tag without commas", f.name, i, clip(t, 64))
+				return fmt.Errorf("%s[%d]: %q must be a non-empty tag without commas", f.name, i, protocol.PeerText(t, 64))
 			}
 		}
 	}

@@ -90,7 +90,7 @@ func (l LocalFiles) resolve(js *protocol.JobStart) (Workspace, error) {
 // resolveUnder returns the absolute path of rel under root, refusing anything that leaves root,
 // through ".." or a symlink. An inventory may be a directory; a playbook must be a file.
 func resolveUnder(rootName, root, rel string, dirOK bool) (string, error) {
-	shown := clip(rel, 200)
+	shown := protocol.PeerText(rel, 200)
 	switch {
 	case rel == "":
 		return "", errors.New("must not be empty")
@@ -133,18 +133,6 @@ func resolveUnder(rootName, root, rel string, dirOK bool) (string, error) {
 	// The path as given, not the resolved one: ansible's playbook_dir and relative lookups
 	// follow the name the operator used.
 	return joined, nil
-}
-
-// clip bounds text from the peer before it goes into an error or a log.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "..."
 }
 
 func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }

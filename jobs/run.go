@@ -602,13 +602,13 @@ func (r *runner) appendJSON(kind string, v any) {
 }
 
 func (r *runner) appendLog(level, format string, args ...any) {
-	r.appendJSON(protocol.KindLog, protocol.LogData{Level: level, Message: clip(fmt.Sprintf(format, args...), maxLogMessage)})
+	r.appendJSON(protocol.KindLog, protocol.LogData{Level: level, Message: protocol.PeerText(fmt.Sprintf(format, args...), maxLogMessage)})
 }
 
 // appendEnd records the job's last record. After a spool failure it is still tried once, so the
 // app learns why the job stopped if the spool has recovered.
 func (r *runner) appendEnd(end protocol.EndData) {
-	end.Message = clip(end.Message, maxLogMessage)
+	end.Message = protocol.PeerText(end.Message, maxLogMessage)
 	r.settle(len(r.unsynced))
 	data, err := json.Marshal(end)
 	if err == nil {

@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"regexp"
 	"strings"
+
+	"github.com/rte-project/rte/protocol"
 )
 
 // ansible-core prints "ansible-playbook [core 2.14.18]"; releases before 2.10 printed
@@ -40,7 +42,7 @@ func parseVersion(binary string, out []byte) (string, error) {
 	first, _, _ := bytes.Cut(out, []byte("\n"))
 	m := versionLine.FindSubmatch(bytes.TrimSpace(first))
 	if m == nil {
-		return "", fmt.Errorf("%s --version printed %q, which names no version", binary, clip(strings.TrimSpace(string(first)), 120))
+		return "", fmt.Errorf("%s --version printed %q, which names no version", binary, protocol.PeerText(strings.TrimSpace(string(first)), 120))
 	}
 	if len(m[1]) > 0 {
 		return string(m[1]), nil

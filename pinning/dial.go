@@ -160,7 +160,7 @@ func (d *Dialer) Dial(ctx context.Context, runnerURL string, pin Pin) (*websocke
 			websocket.FormatCloseMessage(protocol.CloseProtocolError, "subprotocol "+protocol.Subprotocol+" required"),
 			time.Now().Add(time.Second))
 		_ = conn.Close()
-		return nil, nil, fmt.Errorf("dial runner %s: runner did not accept subprotocol %s (answered %q): it does not speak this protocol version, or something other than an RTE answered", socketURL, protocol.Subprotocol, clip(got, 100))
+		return nil, nil, fmt.Errorf("dial runner %s: runner did not accept subprotocol %s (answered %q): it does not speak this protocol version, or something other than an RTE answered", socketURL, protocol.Subprotocol, protocol.PeerText(got, 100))
 	}
 	conn.SetReadLimit(ReadLimit)
 	return conn, presented, nil
@@ -202,7 +202,7 @@ func checkPin(presented, pinDER []byte, pinSHA string) error {
 func socketURL(runnerURL string) (string, bool, error) {
 	u, err := url.Parse(runnerURL)
 	if err != nil || u.Host == "" {
-		return "", false, fmt.Errorf("runner URL %q is not an absolute https:// or http:// URL", clip(runnerURL, 200))
+		return "", false, fmt.Errorf("runner URL %q is not an absolute https:// or http:// URL", protocol.PeerText(runnerURL, 200))
 	}
 	var useTLS bool
 	switch strings.ToLower(u.Scheme) {
@@ -211,7 +211,7 @@ func socketURL(runnerURL string) (string, bool, error) {
 	case "http", "ws":
 		u.Scheme = "ws"
 	default:
-		return "", false, fmt.Errorf("runner URL %q: scheme %q is not https or http", clip(runnerURL, 200), u.Scheme)
+		return "", false, fmt.Errorf("runner URL %q: scheme %q is not https or http", protocol.PeerText(runnerURL, 200), u.Scheme)
 	}
 	if u.User != nil {
 		return "", false, fmt.Errorf("runner URL %q carries credentials: remove them, the token is the runner's credential", u.Redacted())

@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"go.uber.org/zap"
 
@@ -185,7 +184,7 @@ func (r *Registrar) endpoint() (string, string, error) {
 		if u != nil {
 			shown = u.Redacted()
 		}
-		return "", "", fmt.Errorf("register with app: APP_URL %q is not an http:// or https:// URL", clip(shown, maxPeerText))
+		return "", "", fmt.Errorf("register with app: APP_URL %q is not an http:// or https:// URL", protocol.PeerText(shown, maxPeerText))
 	}
 	u.Path = strings.TrimRight(u.Path, "/") + protocol.RegisterPath
 	u.RawPath = ""
@@ -291,7 +290,7 @@ func interpret(status int, body []byte, redact func(string) string) answer {
 // without our tokens. Redacting before the clip keeps a cut from leaving a token's prefix;
 // redacting after it catches a token that the clip's character replacements formed.
 func peerText(s string, redact func(string) string) string {
-	return redact(clip(redact(s), maxPeerText))
+	return redact(protocol.PeerText(redact(s), maxPeerText))
 }
 
 func (r *Registrar) logPending(log *zap.Logger, resp protocol.RegisterResponse, ownToken, ownCert string) {
@@ -320,24 +319,4 @@ func certificateFingerprintOfPEM(pemText string) string {
 		return ""
 	}
 	return protocol.CertificateFingerprint(chain[0])
-}
-
-// clip bounds text from a peer before it goes into an error or a log, keeping it valid UTF-8
-// and on one line.
-func clip(s string, n int) string {
-	s = strings.ToValidUTF8(s, "?")
-	s = strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
-			return ' '
-		}
-		return r
-	}, s)
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "..."
 }

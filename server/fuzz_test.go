@@ -7,6 +7,8 @@ import (
 	"testing"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/rte-project/rte/protocol"
 )
 
 // FuzzAuthorization feeds arbitrary Authorization and X-App-Node headers to the token check and
@@ -29,9 +31,9 @@ func FuzzAuthorization(f *testing.F) {
 		if reason != "" && reason != authMissing && reason != authWrong {
 			t.Fatalf("checkBearer(%q) = %q, want %q or %q", header, reason, authMissing, authWrong)
 		}
-		out := peerText(header, maxAppNode)
+		out := protocol.PeerText(header, maxAppNode)
 		if !utf8.ValidString(out) || len(out) > maxAppNode+3 || strings.IndexFunc(out, unicode.IsControl) >= 0 {
-			t.Fatalf("peerText(%q) = %q: want valid UTF-8, no control characters, at most %d bytes", header, out, maxAppNode+3)
+			t.Fatalf("PeerText(%q) = %q: want valid UTF-8, no control characters, at most %d bytes", header, out, maxAppNode+3)
 		}
 	})
 }

@@ -14,8 +14,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus"
@@ -230,7 +228,7 @@ func (s *Server) SetRegistrationState(state string) {
 }
 
 func (s *Server) serveSocket(w http.ResponseWriter, r *http.Request) {
-	node := peerText(r.Header.Get(protocol.HeaderAppNode), maxAppNode)
+	node := protocol.PeerText(r.Header.Get(protocol.HeaderAppNode), maxAppNode)
 	if reason := checkBearer(r, s.token); reason != "" {
 		s.refuse(w, r, "socket", reason, node, "RTE_TOKEN")
 		return
@@ -275,7 +273,7 @@ func (s *Server) notReady() string {
 		return ""
 	}
 	if err := s.cfg.Ready(); err != nil {
-		return "not ready: " + peerText(err.Error(), maxReadyText)
+		return "not ready: " + protocol.PeerText(err.Error(), maxReadyText)
 	}
 	return ""
 }
@@ -333,25 +331,6 @@ func probeHeaders(w http.ResponseWriter) {
 	h := w.Header()
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("Cache-Control", "no-store")
-}
-
-// peerText makes text from outside safe for a log line or a body: valid UTF-8, no control
-// characters, at most n bytes.
-func peerText(s string, n int) string {
-	s = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return ' '
-		}
-		return r
-	}, strings.ToValidUTF8(s, "?"))
-	if len(s) <= n {
-		return s
-	}
-	s = s[:n]
-	for !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s + "..."
 }
 
 // httpErrorLog carries net/http's own complaints into zap. TLS handshake failures go to debug:

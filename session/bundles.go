@@ -168,7 +168,7 @@ func (b *transfers) join(store BundleStore, job string, refs []protocol.BundleRe
 	seen := map[string]int64{}
 	for _, r := range refs {
 		if !protocol.ValidHash(r.Hash) {
-			return nil, fmt.Errorf("bundle %q: not sha256: and 64 lowercase hex digits", peerText(r.Hash, 80))
+			return nil, fmt.Errorf("bundle %q: not sha256: and 64 lowercase hex digits", protocol.PeerText(r.Hash, 80))
 		}
 		if size, ok := seen[r.Hash]; ok && size != r.Size {
 			return nil, fmt.Errorf("bundle %s is named twice, with sizes %d and %d: the app's job.start is wrong", r.Hash, size, r.Size)
@@ -398,7 +398,7 @@ func (s *session) onBundleMissing(ctx context.Context, m *protocol.BundleMissing
 	}
 	delete(b.byHash, m.Hash)
 	t.recv.Abort()
-	reason := peerText(m.Reason, maxMissingReason)
+	reason := protocol.PeerText(m.Reason, maxMissingReason)
 	t.settle(fmt.Errorf("the app has no bundle %s to send: %s", m.Hash, reason))
 	b.mu.Unlock()
 	s.m.met.bundles.WithLabelValues(bundleMissing).Inc()

@@ -76,7 +76,7 @@ type Dialer struct {
 func OutboundURL(appURL string) (string, error) {
 	u, err := url.Parse(appURL)
 	if err != nil || u.Host == "" || u.Hostname() == "" {
-		return "", fmt.Errorf("APP_URL %q is not an absolute http:// or https:// URL with a host", peerText(appURL, 200))
+		return "", fmt.Errorf("APP_URL %q is not an absolute http:// or https:// URL with a host", protocol.PeerText(appURL, 200))
 	}
 	switch strings.ToLower(u.Scheme) {
 	case "https":
@@ -84,7 +84,7 @@ func OutboundURL(appURL string) (string, error) {
 	case "http":
 		u.Scheme = "ws"
 	default:
-		return "", fmt.Errorf("APP_URL %q: scheme %q is not https or http", peerText(appURL, 200), peerText(u.Scheme, 20))
+		return "", fmt.Errorf("APP_URL %q: scheme %q is not https or http", protocol.PeerText(appURL, 200), protocol.PeerText(u.Scheme, 20))
 	}
 	if u.User != nil {
 		return "", fmt.Errorf("APP_URL %s carries credentials: remove them, RTE_TOKEN is the runner's credential", u.Redacted())
@@ -322,7 +322,7 @@ func (d *Dialer) answerText(resp *http.Response) string {
 			text = strings.ReplaceAll(text, secret, "[redacted]")
 		}
 	}
-	return strings.TrimSpace(peerText(text, maxAnswerText))
+	return strings.TrimSpace(protocol.PeerText(text, maxAnswerText))
 }
 
 // afterSocket logs why a served socket ended, when the session has not said it already, and
@@ -331,7 +331,7 @@ func (d *Dialer) afterSocket(log *zap.Logger, down *outage, b *pinning.Backoff, 
 	reason := ""
 	var ce *websocket.CloseError
 	if errors.As(err, &ce) {
-		reason = peerText(ce.Text, maxPeerText)
+		reason = protocol.PeerText(ce.Text, maxPeerText)
 	}
 	switch socket.CloseCode(err) {
 	case protocol.CloseRejected:

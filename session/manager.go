@@ -152,7 +152,7 @@ func NewManager(cfg Config) *Manager {
 // returns at once; the session runs in a goroutine owned by Run. A socket accepted while Run
 // is stopping is closed with 1001.
 func (m *Manager) Accept(ws *websocket.Conn, r *http.Request) {
-	in := incoming{ws: ws, remote: r.RemoteAddr, appNode: peerText(r.Header.Get(protocol.HeaderAppNode), 128)}
+	in := incoming{ws: ws, remote: r.RemoteAddr, appNode: protocol.PeerText(r.Header.Get(protocol.HeaderAppNode), 128)}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -250,7 +250,7 @@ func (m *Manager) Welcomed() (approved bool, ok bool) {
 func (m *Manager) serve(ctx context.Context, in incoming, direction string, opened func(*session)) error {
 	if got := in.ws.Subprotocol(); got != protocol.Subprotocol {
 		closeRaw(in.ws, protocol.CloseProtocolError, "subprotocol "+protocol.Subprotocol+" was not agreed")
-		return fmt.Errorf("socket from %s agreed subprotocol %q, want %q", in.remote, peerText(got, 64), protocol.Subprotocol)
+		return fmt.Errorf("socket from %s agreed subprotocol %q, want %q", in.remote, protocol.PeerText(got, 64), protocol.Subprotocol)
 	}
 	conn := socket.New(in.ws, socket.Options{
 		PingInterval: m.cfg.PingInterval,

@@ -5,12 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/gorilla/websocket"
 	"go.uber.org/zap"
@@ -258,7 +255,7 @@ func (s *session) handle(ctx context.Context, msg protocol.Message) (stop bool) 
 		s.m.askForBundles(s) // jobs may wait for bundles since an earlier socket
 	case *protocol.Rejected:
 		s.approved.Store(false)
-		s.log.Warn("the app rejected this runner; an admin must approve it at the app", zap.String("reason", peerText(m.Reason, maxPeerText)))
+		s.log.Warn("the app rejected this runner; an admin must approve it at the app", zap.String("reason", protocol.PeerText(m.Reason, maxPeerText)))
 	case *protocol.Ack:
 		if s.m.cfg.Outbox == nil {
 			s.unexpected(ctx, m.Job, "ack: this RTE has no spool and sent no records")
@@ -282,8 +279,8 @@ func (s *session) handle(ctx context.Context, msg protocol.Message) (stop bool) 
 		}
 		s.setMaxJobs(m.MaxJobs)
 	case *protocol.Error:
-		s.log.Warn("the app reported an error", zap.String("code", peerText(m.Code, 64)),
-			zap.String("message", peerText(m.Message, maxPeerText)), zap.String("ref", peerText(m.Ref, 128)))
+		s.log.Warn("the app reported an error", zap.String("code", protocol.PeerText(m.Code, 64)),
+			zap.String("message", protocol.PeerText(m.Message, maxPeerText)), zap.String("ref", protocol.PeerText(m.Ref, 128)))
 	case *protocol.BundleEnd:
 		return s.onBundleEnd(ctx, m)
 	case *protocol.BundleMissing:
@@ -303,7 +300,7 @@ func (s *session) onWelcome(ctx context.Context, w *protocol.Welcome) (stop bool
 	}
 	if w.Protocol != protocol.Version {
 		reason := fmt.Sprintf("protocol %d is not spoken here; this RTE speaks %d", w.Protocol, protocol.Version)
-		s.log.Warn("closing the socket: "+reason, zap.String("node", peerText(w.Node, 128)))
+		s.log.Warn("closing the socket: "+reason, zap.String("node", protocol.PeerText(w.Node, 128)))
 		s.conn.Close(protocol.CloseUnsupportedProtoV, reason)
 		return true
 	}
@@ -324,7 +321,7 @@ func (s *session) onWelcome(ctx context.Context, w *protocol.Welcome) (stop bool
 	s.approved.Store(w.Approved)
 	s.isWelcomed.Store(true)
 	close(s.welcomed)
-	s.log.Info("welcomed", zap.String("node", peerText(w.Node, 128)), zap.Bool("approved", w.Approved),
+	s.log.Info("welcomed", zap.String("node", protocol.PeerText(w.Node, 128)), zap.Bool("approved", w.Approved),
 		zap.Int("max_jobs", w.MaxJobs), zap.Int("acked_jobs", len(w.Acked)))
 	s.m.askForBundles(s) // jobs still waiting for bundles ask again on this socket
 	return false
@@ -357,7 +354,7 @@ func (s *session) jobStart(ctx context.Context, js *protocol.JobStart) {
 		code, message = protocol.RefusedInvalid, "this RTE runs no jobs"
 	default:
 		if err := s.m.cfg.Jobs.Start(js); err != nil {
-			code, message = refusalCode(err), peerText(err.Error(), 1000)
+			code, message = refusalCode(err), protocol.PeerText(err.Error(), 1000)
 		}
 	}
 	if code == "" {
@@ -432,23 +429,4 @@ func (m *Manager) hello() protocol.Hello {
 		}
 	}
 	return h
-}
-
-// peerText makes text from the app safe for a log line: valid UTF-8, no control characters,
-// at most n bytes.
-func peerText(s string, n int) string {
-	s = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return ' '
-		}
-		return r
-	}, strings.ToValidUTF8(s, "?"))
-	if len(s) <= n {
-		return s
-	}
-	s = s[:n]
-	for !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s + "..."
 }

@@ -99,7 +99,7 @@ func readErr(err error) error {
 func decodeRecord(payload []byte, job string, seq int64) (protocol.Record, error) {
 	m, err := protocol.Decode(payload)
 	if err != nil {
-		return protocol.Record{}, &damage{"payload is not a valid record: " + clip(err.Error(), 200)}
+		return protocol.Record{}, &damage{"payload is not a valid record: " + protocol.PeerText(err.Error(), 200)}
 	}
 	rec, ok := m.(*protocol.Record)
 	if !ok {
@@ -110,7 +110,7 @@ func decodeRecord(payload []byte, job string, seq int64) (protocol.Record, error
 
 func checkPlace(rec protocol.Record, job string, seq int64) error {
 	if rec.Job != job {
-		return &damage{fmt.Sprintf("record of job %q in the file of job %q", clip(rec.Job, 128), job)}
+		return &damage{fmt.Sprintf("record of job %q in the file of job %q", protocol.PeerText(rec.Job, 128), job)}
 	}
 	if rec.Seq != seq {
 		return &damage{fmt.Sprintf("seq %d where %d was due", rec.Seq, seq)}
@@ -141,13 +141,6 @@ func envelope(payload []byte, job string, seq int64) (protocol.Record, error) {
 	}
 	head.Data = data
 	return head.Record, checkPlace(head.Record, job, seq)
-}
-
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }
 
 // newFileReader reads n bytes of f from off, buffered, without moving f's own offset.
