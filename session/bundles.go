@@ -354,6 +354,13 @@ func (s *session) onBundleEnd(ctx context.Context, m *protocol.BundleEnd) (stop 
 	// On the reader: the next chunk of this socket cannot arrive while the bundle is being
 	// checked, and a job that asks meanwhile joins this transfer instead of asking again.
 	err := recv.Commit(m.Size)
+	// Counted before the waiters learn the outcome, so a Fetch that has returned is always in
+	// the metrics.
+	if err != nil {
+		s.m.met.bundles.WithLabelValues(bundleDiscarded).Inc()
+	} else {
+		s.m.met.bundles.WithLabelValues(bundleOK).Inc()
+	}
 
 	b.mu.Lock()
 	switch {
@@ -372,11 +379,9 @@ func (s *session) onBundleEnd(ctx context.Context, m *protocol.BundleEnd) (stop 
 	}
 	b.mu.Unlock()
 	if err != nil {
-		s.m.met.bundles.WithLabelValues(bundleDiscarded).Inc()
 		s.log.Warn("bundle discarded; the jobs waiting for it end with an error", zap.String("bundle", m.Hash), zap.Error(err))
 		return false
 	}
-	s.m.met.bundles.WithLabelValues(bundleOK).Inc()
 	s.log.Info("bundle received", zap.String("bundle", m.Hash), zap.Int64("size", m.Size))
 	return false
 }
