@@ -64,7 +64,10 @@ func Decode(data []byte) (Message, error) {
 	if len(data) > MaxMessageBytes {
 		return nil, &DecodeError{Code: ErrTooLarge, Message: fmt.Sprintf("message is %d bytes, the limit is %d", len(data), MaxMessageBytes)}
 	}
-	top, ok := scanTop(data)
+	top, ok, tooDeep := scanTopDepth(data)
+	if tooDeep {
+		return nil, &DecodeError{Code: ErrBadJSON, Message: fmt.Sprintf("JSON nested deeper than %d levels: flatten the message", maxNestingDepth)}
+	}
 	if !ok {
 		return nil, &DecodeError{Code: ErrBadJSON, Message: "not a JSON object: send one JSON object per text frame"}
 	}

@@ -11,4 +11,7 @@
 //
 //	1 (2026-12-02): first version: hello/welcome, jobs, bundles, records, capacity,
 //	  settings, connection checks, errors.
+//	  Same day, still 1 (an older peer never sees the change unless it sends what is now
+//	  refused): job ids "." and ".." refused; job.start limit without "@" and timeout_s at
+//	  most MaxTimeoutS; job.refused code already_ran.
 package protocol

@@ -5,17 +5,22 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // DecodeReference is Decode as it was written before scanTop: a map of every key first, then
 // the typed struct. It is slow but plainly right, so the fuzz test holds Decode to it exactly.
-// The one change from the original is the deliberate one: "type": null is missing_field.
+// The changes from the original are the deliberate ones: "type": null is missing_field, and
+// a frame nested too deep says so.
 func DecodeReference(data []byte) (Message, error) {
 	if len(data) > MaxMessageBytes {
 		return nil, &DecodeError{Code: ErrTooLarge, Message: fmt.Sprintf("message is %d bytes, the limit is %d", len(data), MaxMessageBytes)}
 	}
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(data, &fields); err != nil || fields == nil {
+		if err != nil && strings.Contains(err.Error(), "exceeded max depth") {
+			return nil, &DecodeError{Code: ErrBadJSON, Message: fmt.Sprintf("JSON nested deeper than %d levels: flatten the message", maxNestingDepth)}
+		}
 		return nil, &DecodeError{Code: ErrBadJSON, Message: "not a JSON object: send one JSON object per text frame"}
 	}
 	ref := ""

@@ -118,6 +118,10 @@ const (
 	RefusedNotApproved   = "not_approved"
 	RefusedInvalid       = "invalid"
 	RefusedFilesTooLarge = "files_too_large"
+	// RefusedAlreadyRan: the job id already ran on this RTE and the app stored its end; a job
+	// id is used once. The RTE remembers such ids for jobs.RanRetention (7 days), across
+	// restarts.
+	RefusedAlreadyRan = "already_ran"
 )
 
 // JobRefused says the RTE will not run the job, and why.

@@ -39,6 +39,11 @@ const (
 
 	// MinTokenLength is the shortest RTE_TOKEN accepted: shorter ones are guessable.
 	MinTokenLength = 16
+
+	// MaxTimeoutS is the largest job.start timeout_s: 7 days. Far beyond any playbook run
+	// seen, far below the 292 years at which seconds overflow a time.Duration (a larger value
+	// once wrapped negative and ended the job "timeout" at once).
+	MaxTimeoutS = 7 * 24 * 60 * 60
 )
 
 // Keepalive defaults: each side pings every PingInterval; a socket on which nothing arrived

@@ -126,23 +126,30 @@ func (t *topFields) ref() string {
 // (RFC 8259 grammar, no UTF-8 check inside strings, nesting up to 10000), and collects its
 // known top-level keys.
 func scanTop(data []byte) (topFields, bool) {
+	top, ok, _ := scanTopDepth(data)
+	return top, ok
+}
+
+// scanTopDepth is scanTop that also reports whether the frame failed for being nested deeper
+// than maxNestingDepth, so the sender hears that rather than "not a JSON object".
+func scanTopDepth(data []byte) (top topFields, ok, tooDeep bool) {
 	s := jsonScanner{data: data}
-	var top topFields
 	s.space()
 	if s.peek() != '{' {
-		return top, false
+		return top, false, false
 	}
 	if !s.object(&top) {
-		return top, false
+		return top, false, s.tooDeep
 	}
 	s.space()
-	return top, s.pos == len(data)
+	return top, s.pos == len(data), false
 }
 
 type jsonScanner struct {
-	data  []byte
-	pos   int
-	depth int
+	data    []byte
+	pos     int
+	depth   int
+	tooDeep bool // set once depth passed maxNestingDepth
 }
 
 // peek returns the next byte, or 0 at the end; 0 starts no JSON token.
@@ -187,6 +194,7 @@ func (s *jsonScanner) value() bool {
 // object scans an object; with top set, it records the object's members there.
 func (s *jsonScanner) object(top *topFields) bool {
 	if s.depth++; s.depth > maxNestingDepth {
+		s.tooDeep = true
 		return false
 	}
 	s.pos++ // {
@@ -235,6 +243,7 @@ func (s *jsonScanner) object(top *topFields) bool {
 
 func (s *jsonScanner) array() bool {
 	if s.depth++; s.depth > maxNestingDepth {
+		s.tooDeep = true
 		return false
 	}
 	s.pos++ // [

@@ -437,7 +437,7 @@ func TestSchemaStricterThanDecode(t *testing.T) {
 func TestSchemaPatternsMatchValidate(t *testing.T) {
 	schemas := loadSchemas(t)
 	hex64 := strings.Repeat("0123456789abcdef", 4)
-	for _, id := range []string{"1", "1042", "a.B_c-9", "..", strings.Repeat("x", 128), strings.Repeat("x", 129),
+	for _, id := range []string{"1", "1042", "a.B_c-9", "..", ".", "...", ".a", strings.Repeat("x", 128), strings.Repeat("x", 129),
 		"", "a/b", "a b", "j\n", "é", "a\\b", "a:b", "a\x00"} {
 		doc, _ := json.Marshal(map[string]any{"type": "job.cancel", "job": id})
 		if ok, why := schemas.valid(t, "job.cancel", doc); ok != protocol.ValidJobID(id) {

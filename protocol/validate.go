@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"regexp"
+	"strings"
 )
 
 var (
@@ -12,9 +13,16 @@ var (
 	maxNameLength = 128
 )
 
-// ValidJobID reports whether id is 1 to 128 of [A-Za-z0-9._-]. Job ids become file names in
-// the spool and the job directory, so nothing else is let through.
-func ValidJobID(id string) bool { return jobIDPattern.MatchString(id) }
+// ValidJobID reports whether id is 1 to 128 of [A-Za-z0-9._-], and not "." or "..". Job ids
+// become file names in the spool and the job directory, so nothing else is let through: "."
+// and ".." would name the work directory itself or its parent, which the job's cleanup would
+// remove.
+func ValidJobID(id string) bool {
+	return id != "." && id != ".." && jobIDPattern.MatchString(id)
+}
+
+// jobIDRule is how a refusal describes a valid job id.
+const jobIDRule = `1 to 128 of [A-Za-z0-9._-], and not "." or ".."`
 
 // ValidHash reports whether h is "sha256:" and 64 lowercase hex digits.
 func ValidHash(h string) bool { return hashPattern.MatchString(h) }
@@ -33,7 +41,7 @@ func fieldErr(field, format string, args ...any) error {
 
 func checkJob(field, id string) error {
 	if !ValidJobID(id) {
-		return fieldErr(field, "%q is not 1 to 128 of [A-Za-z0-9._-]", clip(id, 64))
+		return fieldErr(field, "%q is not %s", clip(id, 64), jobIDRule)
 	}
 	return nil
 }
@@ -149,8 +157,14 @@ func (m JobStart) Validate() error {
 	if m.Forks < 0 {
 		return fieldErr("forks", "must not be negative")
 	}
-	if m.TimeoutS < 0 {
-		return fieldErr("timeout_s", "must not be negative")
+	if m.TimeoutS < 0 || m.TimeoutS > MaxTimeoutS {
+		return fieldErr("timeout_s", "must be 0 (none) to %d seconds (7 days), got %d", MaxTimeoutS, m.TimeoutS)
+	}
+	// ansible-playbook reads a limit pattern that starts with @ as a file of patterns and
+	// prints what it could not match, so "@/etc/passwd" would copy any file the RTE can read
+	// into the job's output. Host patterns have no use for @, so none is let through.
+	if strings.ContainsRune(m.Limit, '@') {
+		return fieldErr("limit", "%q contains @, which ansible reads as a file on the RTE (@file); list the hosts or groups instead", clip(m.Limit, 64))
 	}
 	for name := range m.Secrets {
 		if err := checkOneOf("secrets", name, "vault_password", "become_password"); err != nil {
@@ -166,7 +180,7 @@ func (m JobRefused) Validate() error {
 	if err := checkJob("job", m.Job); err != nil {
 		return err
 	}
-	return checkOneOf("code", m.Code, RefusedFull, RefusedDraining, RefusedNotApproved, RefusedInvalid, RefusedFilesTooLarge)
+	return checkOneOf("code", m.Code, RefusedFull, RefusedDraining, RefusedNotApproved, RefusedInvalid, RefusedFilesTooLarge, RefusedAlreadyRan)
 }
 
 func (m JobCancel) Validate() error { return checkJob("job", m.Job) }

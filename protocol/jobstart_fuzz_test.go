@@ -1,0 +1,96 @@
+package protocol_test
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rte-project/rte/protocol"
+)
+
+// FuzzJobStartValidate decodes job.start frames built from a fuzzed id, limit and timeout, and
+// holds every accepted one to what the RTE relies on: the job directory made from the id is a
+// strict child of the work directory (never the directory itself, its parent or anything
+// beside it), the timeout is a positive duration that did not wrap, and the limit names no
+// file for ansible to read.
+func FuzzJobStartValidate(f *testing.F) {
+	for _, seed := range []struct {
+		id, limit string
+		timeout   int64
+	}{
+		{"1042", "web", 3600}, {"..", "", 0}, {".", "", 0}, {"...", "all", 1}, {".a", "", 0},
+		{"a/..", "", 0}, {"x", "@/etc/passwd", 0}, {"x", "web,@hosts", 0}, {"x", "", 10000000000},
+		{"x", "", protocol.MaxTimeoutS}, {"x", "", protocol.MaxTimeoutS + 1}, {"x", "", -1},
+		{strings.Repeat("y", 128), "", 0}, {"a\x00b", "", 0}, {"", "", 0},
+	} {
+		f.Add(seed.id, seed.limit, seed.timeout)
+	}
+	const work = "/var/lib/rte/work/jobs"
+	f.Fuzz(func(t *testing.T, id, limit string, timeout int64) {
+		frame, err := json.Marshal(map[string]any{"type": "job.start", "job": id, "playbook": "site.yml",
+			"limit": limit, "timeout_s": timeout})
+		if err != nil {
+			t.Skip()
+		}
+		m, err := protocol.Decode(frame)
+		if err != nil {
+			return
+		}
+		js := m.(*protocol.JobStart)
+		dir := filepath.Join(work, js.Job)
+		if filepath.Dir(dir) != work || filepath.Base(dir) != js.Job {
+			t.Fatalf("job id %q accepted, but its directory %s is not a strict child of %s", js.Job, dir, work)
+		}
+		if js.TimeoutS < 0 || js.TimeoutS > protocol.MaxTimeoutS {
+			t.Fatalf("timeout_s %d accepted, want 0 to %d", js.TimeoutS, protocol.MaxTimeoutS)
+		}
+		if d := time.Duration(js.TimeoutS) * time.Second; d < 0 || int64(d/time.Second) != int64(js.TimeoutS) {
+			t.Fatalf("timeout_s %d accepted, but it overflows a duration (%v)", js.TimeoutS, d)
+		}
+		if strings.Contains(js.Limit, "@") {
+			t.Fatalf("limit %q accepted, but ansible reads @ as a file reference", js.Limit)
+		}
+	})
+}
+
+// TestJobStartRefusesHostileFields names the field and the reason of each refusal of issue 10.
+func TestJobStartRefusesHostileFields(t *testing.T) {
+	for _, c := range []struct {
+		name, frame, want string
+	}{
+		{"job dot-dot", `{"type":"job.start","job":"..","playbook":"p"}`, `job: ".." is not 1 to 128 of [A-Za-z0-9._-], and not "." or ".."`},
+		{"job dot", `{"type":"job.start","job":".","playbook":"p"}`, `job: "." is not`},
+		{"cancel dot-dot", `{"type":"job.cancel","job":".."}`, `job: ".." is not`},
+		{"limit file", `{"type":"job.start","job":"j","playbook":"p","limit":"@/etc/passwd"}`, `limit: "@/etc/passwd" contains @`},
+		{"limit file later", `{"type":"job.start","job":"j","playbook":"p","limit":"web,@/etc/passwd"}`, `limit: "web,@/etc/passwd" contains @`},
+		{"timeout overflow", `{"type":"job.start","job":"j","playbook":"p","timeout_s":10000000000}`, "timeout_s: must be 0 (none) to 604800 seconds (7 days), got 10000000000"},
+		{"timeout one over", `{"type":"job.start","job":"j","playbook":"p","timeout_s":604801}`, "got 604801"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := protocol.Decode([]byte(c.frame))
+			de, ok := err.(*protocol.DecodeError)
+			if !ok || de.Code != protocol.ErrInvalid || !strings.Contains(de.Message, c.want) {
+				t.Fatalf("Decode(%s) = %v, want an invalid error containing %q", c.frame, err, c.want)
+			}
+		})
+	}
+	for _, ok := range []string{"...", ".a", "a..b", "1042"} {
+		if !protocol.ValidJobID(ok) {
+			t.Errorf("ValidJobID(%q) = false, want true: only . and .. are refused", ok)
+		}
+	}
+	if _, err := protocol.Decode([]byte(`{"type":"job.start","job":"j","playbook":"p","timeout_s":604800,"limit":"web:&db"}`)); err != nil {
+		t.Fatalf("a 7-day timeout and a plain limit were refused: %v", err)
+	}
+}
+
+// TestDecodeNamesDepth: a frame nested too deep is reported as such, not as "not a JSON object".
+func TestDecodeNamesDepth(t *testing.T) {
+	frame := `{"type":"ack","job":"j","seq":1,"x":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`
+	_, err := protocol.Decode([]byte(frame))
+	if err == nil || !strings.Contains(err.Error(), "nested deeper than 10000 levels") {
+		t.Fatalf("Decode of a frame nested 10001 deep = %v, want it to name the nesting limit", err)
+	}
+}
