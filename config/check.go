@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -13,6 +14,9 @@ import (
 
 	"github.com/rte-project/rte/protocol"
 )
+
+// envAllowEntry is one entry of RTE_JOB_ENV_ALLOW: a variable name, or a prefix and "*".
+var envAllowEntry = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*\*?$`)
 
 const (
 	migrationDoc = "docs/migration-from-database-mode.md"
@@ -261,6 +265,12 @@ func (s *Settings) checkLimits(p *Problems, failed map[string]bool) {
 	}
 	if !failed["RTE_CACHE_STALE_AFTER"] && s.CacheStaleAfter < 2*time.Second {
 		p.add("RTE_CACHE_STALE_AFTER", "%s is too short: an RTE heartbeats every quarter of it, so give at least 2s (default 10m, and only tests have a reason to change it)", s.CacheStaleAfter)
+	}
+	for _, e := range s.JobEnvAllowList() {
+		if !envAllowEntry.MatchString(e) {
+			p.add("RTE_JOB_ENV_ALLOW", "%s is not a variable name or a NAME_* prefix pattern: list names such as PATH,HOME,LC_* separated by commas", quote(e))
+			break
+		}
 	}
 	if pingOK && deadOK && s.DeadAfter <= s.PingInterval {
 		p.add("RTE_DEAD_AFTER", "%s is not longer than RTE_PING_INTERVAL (%s), so a healthy socket would be declared dead between two pings: make it about three times the interval (defaults 45s and 15s)", s.DeadAfter, s.PingInterval)

@@ -98,6 +98,13 @@ type Settings struct {
 	// WorkPath is where each job's private directory is made.
 	WorkPath string `env:"RTE_WORK_PATH" envDefault:"jobs"`
 
+	// JobEnvAllow is RTE_JOB_ENV_ALLOW: the names, and NAME_* prefix patterns, of the RTE's
+	// own environment variables passed into each job; everything else of the RTE's environment
+	// (its tokens, proxies for the app) never reaches ansible. A name listed exactly also lets
+	// the app set that name in job.start env even where the RTE would otherwise refuse it
+	// (jobs.GuardedEnv). Read it with JobEnvAllowList.
+	JobEnvAllow string `env:"RTE_JOB_ENV_ALLOW" envDefault:"PATH,HOME,USER,LOGNAME,SHELL,LANG,LANGUAGE,TZ,TMPDIR,SSH_AUTH_SOCK,LC_*,ANSIBLE_*"`
+
 	// CacheStaleAfter is how long an RTE sharing RTE_CACHE_PATH may go without a heartbeat
 	// before another RTE removes its directory there (its half-received bundles and job
 	// directories). Tests shorten it; operators have no reason to.
@@ -163,6 +170,17 @@ func (s *Settings) ListenAddr() string {
 // DrainTimeout is RTE_DRAIN_SECONDS as a duration.
 func (s *Settings) DrainTimeout() time.Duration {
 	return time.Duration(s.DrainSeconds) * time.Second
+}
+
+// JobEnvAllowList is RTE_JOB_ENV_ALLOW split at commas, spaces trimmed, empty entries dropped.
+func (s *Settings) JobEnvAllowList() []string {
+	var out []string
+	for _, e := range strings.Split(s.JobEnvAllow, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // CacheBytes is RTE_CACHE_MB in bytes (MiB, 1 MiB = 1048576 bytes).

@@ -66,6 +66,8 @@ func TestRefusals(t *testing.T) {
 		{"missing token", nil, "RTE_TOKEN", "not set"},
 		{"empty token counts as missing", []string{"RTE_TOKEN="}, "RTE_TOKEN", "not set"},
 		{"short token", []string{"RTE_TOKEN=secret-15-chars"}, "RTE_TOKEN", "too short"},
+		{"job env allow with a path", with("RTE_JOB_ENV_ALLOW=PATH,/etc/passwd"), "RTE_JOB_ENV_ALLOW", `"/etc/passwd" is not a variable name or a NAME_* prefix pattern`},
+		{"job env allow of everything", with("RTE_JOB_ENV_ALLOW=*"), "RTE_JOB_ENV_ALLOW", "is not a variable name"},
 		{"token with carriage return", []string{"RTE_TOKEN=" + token + "\r"}, "RTE_TOKEN", "control characters"},
 		{"join token with trailing space", with("RTE_JOIN_TOKEN=join-secret "), "RTE_JOIN_TOKEN", "spaces at either end"},
 		{"metrics token with newline", with("METRICS_TOKEN=metrics\nsecret"), "METRICS_TOKEN", "control characters"},
@@ -198,6 +200,7 @@ func TestDefaults(t *testing.T) {
 		{"RTE_DEAD_AFTER", s.DeadAfter, protocol.DeadAfter},
 		{"RTE_WORK_PATH", s.WorkPath, "jobs"},
 		{"RTE_CACHE_STALE_AFTER", s.CacheStaleAfter, 10 * time.Minute},
+		{"RTE_JOB_ENV_ALLOW", strings.Join(s.JobEnvAllowList(), " "), "PATH HOME USER LOGNAME SHELL LANG LANGUAGE TZ TMPDIR SSH_AUTH_SOCK LC_* ANSIBLE_*"},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
@@ -302,8 +305,8 @@ func TestEffectiveHidesSecrets(t *testing.T) {
 		"HTTPS_PROXY=http://proxyuser:proxy-password@proxy.example.com:3128",
 	))
 	eff := s.Effective()
-	if len(eff) != 31 {
-		t.Errorf("want the 31 variables of docs/settings.md, got %d", len(eff))
+	if len(eff) != 32 {
+		t.Errorf("want the 32 variables of docs/settings.md, got %d", len(eff))
 	}
 	want := map[string]string{
 		"RTE_TOKEN":      "set (fingerprint " + protocol.TokenFingerprint(token) + ")",
@@ -438,8 +441,8 @@ func FuzzLoad(f *testing.F) {
 			}
 			return
 		}
-		if got := len(s.Effective()); got != 31 {
-			t.Fatalf("%s=%q: want 31 effective settings, got %d", name, value, got)
+		if got := len(s.Effective()); got != 32 {
+			t.Fatalf("%s=%q: want 32 effective settings, got %d", name, value, got)
 		}
 		want := "set (fingerprint " + protocol.TokenFingerprint(string(s.Token)) + ")"
 		for _, st := range s.Effective() {

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -194,23 +193,6 @@ func splitEnv(kv string) (string, string, bool) {
 }
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-// checkEnv refuses job env keys that are not plain names, or that would override what the RTE
-// sets itself (the af_events wiring, the job's temp directory).
-func checkEnv(env map[string]string, reserved []string) error {
-	for _, k := range sortedKeys(env) {
-		if !envName.MatchString(k) {
-			return fmt.Errorf("env: %q is not a variable name ([A-Za-z_][A-Za-z0-9_]*)", protocol.PeerText(k, 64))
-		}
-		if slices.Contains(reserved, k) {
-			return fmt.Errorf("env.%s: the RTE sets this itself (events plugin or job temp directory); remove it from the job", k)
-		}
-		if strings.ContainsRune(env[k], 0) {
-			return fmt.Errorf("env.%s: value contains a NUL byte", k)
-		}
-	}
-	return nil
-}
 
 // checkTags refuses tags that ansible would split or ignore: they are passed comma-joined.
 func checkTags(js *protocol.JobStart) error {

@@ -15,10 +15,15 @@
 // group outlives the job.
 //
 // It refuses to: start a job twice (a repeated job.start is accepted and ignored while the job
-// runs or has records in the Recorder), take jobs while draining or while the Recorder reports
-// itself unhealthy, let a job's env override the plugin wiring, resolve a local path outside its
-// root, or pass anything of the RTE's own environment (RTE_TOKEN, METRICS_TOKEN, ...) to
-// ansible. It knows nothing about sockets: the session reads records from the spool.
+// runs or has records in the Recorder; once the job ended and its records left the Recorder,
+// it is refused already_ran for RanRetention, remembered across restarts in Config.RanLedger),
+// make or remove a job directory that is not a strict child of WorkDir, take jobs while
+// draining or while the Recorder reports itself unhealthy, let a job's env override the plugin
+// wiring or set a guarded name (one that moves ansible's output, plugins or configuration, such
+// as ANSIBLE_LOG_PATH or ANSIBLE_CONFIG) that the operator did not list in Config.EnvAllow,
+// resolve a local path outside its root, or pass anything of the RTE's own environment to
+// ansible beyond what the operator's RTE_JOB_ENV_ALLOW names (PassEnv; the RTE's tokens never).
+// It knows nothing about sockets: the session reads records from the spool.
 //
 // The Manager assumes it is not PID 1 in its container, or that PID 1 reaps orphans: the
 // workers of a killed ansible-playbook are reparented to PID 1, and a PID 1 that never waits

@@ -79,13 +79,21 @@ type Config struct {
 	KillGrace time.Duration
 	// Instance is the hostname, reported in each start record.
 	Instance string
-	// BaseEnv is the whole environment ansible starts from (the caller builds it from an
-	// allowlist); nothing else of the RTE's environment reaches ansible.
+	// BaseEnv is the whole environment ansible starts from (the caller builds it with PassEnv
+	// from RTE_JOB_ENV_ALLOW); nothing else of the RTE's environment reaches ansible.
 	BaseEnv []string
+	// EnvAllow is RTE_JOB_ENV_ALLOW: a guarded name (one that moves ansible's output, plugins
+	// or configuration) listed here exactly may be set by a job's env. Optional.
+	EnvAllow []string
 	// BatchBytes bounds an output or events record; default 64 KiB, at least 1 KiB.
 	BatchBytes int
 	// BatchInterval is the longest a byte waits in a batch before it is appended; default 100ms.
 	BatchInterval time.Duration
+	// RanLedger is the file where the ids of ended jobs are kept for RanRetention, so that a
+	// job.start replayed after its end was acknowledged is refused already_ran, also after a
+	// restart. It must not be inside WorkDir (emptied at start). Empty: remembered in memory
+	// only, until the Manager is gone.
+	RanLedger string
 	// Healthy reports the spool's health; while it returns an error, new jobs are refused.
 	// Optional.
 	Healthy func() error
@@ -119,6 +127,7 @@ type Manager struct {
 	log      *zap.Logger
 	binary   string   // cfg.AnsiblePlaybook resolved to a path
 	reserved []string // env keys a job may not set
+	ran      *ledger
 	changed  chan struct{}
 
 	wg sync.WaitGroup // one per job goroutine
@@ -200,7 +209,12 @@ func New(cfg Config) (*Manager, error) {
 	if err := os.MkdirAll(cfg.WorkDir, 0o700); err != nil {
 		return nil, fmt.Errorf("jobs: make work directory %s: %w", cfg.WorkDir, err)
 	}
+	ran, err := openLedger(cfg.RanLedger, cfg.Logger.Named("jobs"), time.Now)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: %w", err)
+	}
 	m := &Manager{
+		ran:      ran,
 		cfg:      cfg,
 		log:      cfg.Logger.Named("jobs"),
 		binary:   binary,
@@ -235,8 +249,14 @@ func (m *Manager) Start(js *protocol.JobStart) error {
 	if err := js.Validate(); err != nil {
 		return refuse(protocol.RefusedInvalid, "%v", err)
 	}
+	if _, err := jobDir(m.cfg.WorkDir, js.Job); err != nil {
+		return refuse(protocol.RefusedInvalid, "%v", err)
+	}
 	if m.known(js.Job) {
 		return nil
+	}
+	if r := m.ranBefore(js.Job); r != nil {
+		return r
 	}
 	secrets, err := m.check(js)
 	if err != nil {
@@ -247,6 +267,9 @@ func (m *Manager) Start(js *protocol.JobStart) error {
 	defer m.mu.Unlock()
 	if m.jobs[js.Job] != nil || m.cfg.Recorder.Has(js.Job) {
 		return nil
+	}
+	if r := m.ranBefore(js.Job); r != nil {
+		return r
 	}
 	if m.draining {
 		return refuse(protocol.RefusedDraining, "the RTE is draining and takes no new jobs; send the job to another runner")
@@ -282,9 +305,30 @@ func (m *Manager) known(id string) bool {
 	return m.jobs[id] != nil || m.cfg.Recorder.Has(id)
 }
 
+// ranBefore refuses a job whose id already ran here and whose records the app has stored.
+func (m *Manager) ranBefore(id string) *Refusal {
+	at, ok := m.ran.ran(id)
+	if !ok {
+		return nil
+	}
+	return refuse(protocol.RefusedAlreadyRan, "job %s already ran on this RTE (ended %s) and the app stored its records; a job id is used once: send a new id for a new run",
+		id, at.UTC().Format(time.RFC3339))
+}
+
+// jobDir is the job's directory, WorkDir/<id>. It is the second wall behind
+// protocol.ValidJobID: whatever the id, the Manager makes and removes only a strict child of
+// WorkDir, never WorkDir itself, its parent or a sibling.
+func jobDir(work, id string) (string, error) {
+	dir := filepath.Join(work, id)
+	if id == "" || filepath.Dir(dir) != work || filepath.Base(dir) != id {
+		return "", fmt.Errorf("job: %q would not make a directory inside %s; use 1 to 128 of [A-Za-z0-9._-], not . or ..", protocol.PeerText(id, 64), work)
+	}
+	return dir, nil
+}
+
 // check does every validation that needs no lock: env, tags, secrets, and the Preparer's own.
 func (m *Manager) check(js *protocol.JobStart) (map[string]string, error) {
-	if err := checkEnv(js.Env, m.reserved); err != nil {
+	if err := checkEnv(js.Env, m.reserved, m.cfg.EnvAllow); err != nil {
 		return nil, refuse(protocol.RefusedInvalid, "%v", err)
 	}
 	if err := checkTags(js); err != nil {
@@ -433,6 +477,12 @@ func (m *Manager) run(j *job) {
 	defer j.cancel(nil) // releases the timeout's timer
 	r := newRunner(m, j)
 	r.execute()
+	// Remembered before the job leaves m.jobs, so there is no moment when a replayed start
+	// finds the id neither running, nor spooled, nor ran.
+	if err := m.ran.add(j.id); err != nil {
+		m.log.Error("could not write down that the job ran; a replayed job.start for it is refused only until the RTE restarts",
+			zap.String("job", j.id), zap.Error(err))
+	}
 
 	m.mu.Lock()
 	delete(m.jobs, j.id)

@@ -105,6 +105,11 @@ func (r *runner) execute() {
 
 // run prepares and runs the job; it returns the end to record.
 func (r *runner) run() protocol.EndData {
+	// Start refused such an id already; checked again here because this is where a directory
+	// is made and removed, and r.made stays false, so cleanup removes nothing.
+	if _, err := jobDir(r.cfg.WorkDir, r.j.id); err != nil {
+		return errorEnd("%v", err)
+	}
 	// A directory left by an RTE that stopped mid-job is stale: the job is new to the Recorder.
 	if err := removeAll(r.dir); err != nil {
 		return errorEnd("remove stale job directory %s: %v", r.dir, err)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -88,25 +87,6 @@ func prepareWorkPath(s *config.Settings) (jobsDir, pluginDir string, err error) 
 		return "", "", fmt.Errorf("install the af_events callback plugin: %w", err)
 	}
 	return jobsDir, pluginDir, nil
-}
-
-// ansibleEnv is the environment ansible-playbook starts from: an allowlist of the RTE's own
-// environment. The RTE's settings (RTE_TOKEN, METRICS_TOKEN, proxies for the app...) never
-// reach a playbook; ANSIBLE_* settings an operator gives the container do.
-func ansibleEnv(environ []string) []string {
-	keep := map[string]bool{"PATH": true, "HOME": true, "USER": true, "LOGNAME": true, "SHELL": true,
-		"LANG": true, "LANGUAGE": true, "TZ": true, "TMPDIR": true, "SSH_AUTH_SOCK": true}
-	var out []string
-	for _, kv := range environ {
-		k, _, ok := strings.Cut(kv, "=")
-		if !ok {
-			continue
-		}
-		if keep[k] || strings.HasPrefix(k, "LC_") || strings.HasPrefix(k, "ANSIBLE_") {
-			out = append(out, kv)
-		}
-	}
-	return out
 }
 
 // ansibleVersion asks ansible-playbook for its version for the hello; an RTE without ansible

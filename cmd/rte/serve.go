@@ -167,7 +167,9 @@ func serveSettings(ctx context.Context, s *config.Settings, environ []string, lo
 		MaxJobs:        s.MaxJobs,
 		MaxOutputBytes: s.ProcessMaxBuffer,
 		Instance:       hostname(),
-		BaseEnv:        ansibleEnv(environ),
+		BaseEnv:        jobs.PassEnv(environ, s.JobEnvAllowList()),
+		EnvAllow:       s.JobEnvAllowList(),
+		RanLedger:      filepath.Join(s.WorkPath, "ran-jobs"),
 		Healthy:        sp.Healthy,
 	})
 	if err != nil {
