@@ -252,11 +252,11 @@ func (m *Manager) Start(js *protocol.JobStart) error {
 	if _, err := jobDir(m.cfg.WorkDir, js.Job); err != nil {
 		return refuse(protocol.RefusedInvalid, "%v", err)
 	}
-	if m.known(js.Job) {
-		return nil
-	}
 	if r := m.ranBefore(js.Job); r != nil {
 		return r
+	}
+	if m.known(js.Job) {
+		return nil
 	}
 	secrets, err := m.check(js)
 	if err != nil {
@@ -265,11 +265,11 @@ func (m *Manager) Start(js *protocol.JobStart) error {
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.jobs[js.Job] != nil || m.cfg.Recorder.Has(js.Job) {
-		return nil
-	}
 	if r := m.ranBefore(js.Job); r != nil {
 		return r
+	}
+	if m.jobs[js.Job] != nil || m.cfg.Recorder.Has(js.Job) {
+		return nil
 	}
 	if m.draining {
 		return refuse(protocol.RefusedDraining, "the RTE is draining and takes no new jobs; send the job to another runner")
@@ -306,9 +306,11 @@ func (m *Manager) known(id string) bool {
 }
 
 // ranBefore refuses a job whose id already ran here and whose records the app has stored.
+// While the ended job's records are still in the Recorder, a repeated start is the app
+// catching up after a reconnect, and is accepted (nil) like any duplicate.
 func (m *Manager) ranBefore(id string) *Refusal {
 	at, ok := m.ran.ran(id)
-	if !ok {
+	if !ok || m.cfg.Recorder.Has(id) {
 		return nil
 	}
 	return refuse(protocol.RefusedAlreadyRan, "job %s already ran on this RTE (ended %s) and the app stored its records; a job id is used once: send a new id for a new run",
@@ -477,12 +479,6 @@ func (m *Manager) run(j *job) {
 	defer j.cancel(nil) // releases the timeout's timer
 	r := newRunner(m, j)
 	r.execute()
-	// Remembered before the job leaves m.jobs, so there is no moment when a replayed start
-	// finds the id neither running, nor spooled, nor ran.
-	if err := m.ran.add(j.id); err != nil {
-		m.log.Error("could not write down that the job ran; a replayed job.start for it is refused only until the RTE restarts",
-			zap.String("job", j.id), zap.Error(err))
-	}
 
 	m.mu.Lock()
 	delete(m.jobs, j.id)

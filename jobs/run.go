@@ -100,6 +100,12 @@ func newRunner(m *Manager, j *job) *runner {
 func (r *runner) execute() {
 	end := r.run()
 	r.cleanup()
+	// Written down before the end record, which the app may store and acknowledge at once:
+	// from then on a replayed start finds the id ran, never a moment where it is neither
+	// spooled nor remembered.
+	if err := r.m.ran.add(r.j.id); err != nil {
+		r.log.Error("could not write down that the job ran; a replayed job.start for it is refused only until the RTE restarts", zap.Error(err))
+	}
 	r.appendEnd(end)
 }
 

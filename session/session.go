@@ -373,7 +373,7 @@ func refusalCode(err error) string {
 	}
 	switch c := r.RefusalCode(); c {
 	case protocol.RefusedFull, protocol.RefusedDraining, protocol.RefusedNotApproved,
-		protocol.RefusedInvalid, protocol.RefusedFilesTooLarge:
+		protocol.RefusedInvalid, protocol.RefusedFilesTooLarge, protocol.RefusedAlreadyRan:
 		return c
 	}
 	return protocol.RefusedInvalid
