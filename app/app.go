@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -26,6 +27,10 @@ const (
 	// open to anyone who reaches the app, so without a bound a script could fill the runner
 	// list; 20 is far more than an admin handles in a day.
 	DefaultMaxWaiting = 20
+	// DefaultMaxWaitingPerAddress bounds the requests waiting from one source address, so
+	// that one caller cannot take every waiting slot and block every new RTE; a site whose
+	// RTEs all reach the app through one proxy address raises it (at most MaxWaiting counts).
+	DefaultMaxWaitingPerAddress = 5
 	// DefaultWaitingTTL is how long a registration request waits for an admin before it is
 	// dropped. An RTE registers again at every start, so a dropped request costs a restart.
 	DefaultWaitingTTL = 24 * time.Hour
@@ -58,9 +63,12 @@ type Config struct {
 	// Empty: every registration waits for an admin, and one carrying a join token is refused.
 	JoinToken string
 
-	MaxWaiting int           // registration requests waiting at once; DefaultMaxWaiting when 0
-	WaitingTTL time.Duration // DefaultWaitingTTL when 0
-	Now        func() time.Time
+	MaxWaiting int // registration requests waiting at once; DefaultMaxWaiting when 0
+	// MaxWaitingPerAddress: requests waiting at once from one source address (the host of
+	// the request's remote address); DefaultMaxWaitingPerAddress when 0.
+	MaxWaitingPerAddress int
+	WaitingTTL           time.Duration // DefaultWaitingTTL when 0
+	Now                  func() time.Time
 
 	DialTimeout  time.Duration                         // connect, TLS and upgrade; the pinning default when 0
 	HelloTimeout time.Duration                         // DefaultHelloTimeout when 0
@@ -155,6 +163,9 @@ func New(cfg Config) (*App, error) {
 	if cfg.MaxWaiting < 0 {
 		problems = append(problems, fmt.Sprintf("MaxWaiting %d must not be negative", cfg.MaxWaiting))
 	}
+	if cfg.MaxWaitingPerAddress < 0 {
+		problems = append(problems, fmt.Sprintf("MaxWaitingPerAddress %d must not be negative", cfg.MaxWaitingPerAddress))
+	}
 	if cfg.SecretKey != "" && len(cfg.SecretKey) < MinSecretKeyLength {
 		problems = append(problems, fmt.Sprintf("SecretKey is %d characters; use at least %d, the same on every app node (openssl rand -hex 32)", len(cfg.SecretKey), MinSecretKeyLength))
 	}
@@ -180,6 +191,9 @@ func New(cfg Config) (*App, error) {
 	}
 	if cfg.MaxWaiting == 0 {
 		cfg.MaxWaiting = DefaultMaxWaiting
+	}
+	if cfg.MaxWaitingPerAddress == 0 {
+		cfg.MaxWaitingPerAddress = DefaultMaxWaitingPerAddress
 	}
 	if cfg.WaitingTTL == 0 {
 		cfg.WaitingTTL = DefaultWaitingTTL
@@ -256,6 +270,34 @@ func (a *App) ListRunners(ctx context.Context) ([]*Runner, error) {
 // pending does nothing. A request that waited longer than WaitingTTL is gone (ErrNotFound), even
 // if a page still shows it.
 func (a *App) Approve(ctx context.Context, name string) error {
+	return a.approve(ctx, name, "")
+}
+
+// ErrCertificateChanged is why ApproveCertificate approved nothing: the certificate waiting is
+// not the one whose SHA-256 the admin was shown.
+var ErrCertificateChanged = errors.New("the certificate waiting is not the one that was compared")
+
+// ApproveCertificate is Approve bound to what the admin compared: it approves only if the
+// certificate waiting has exactly this full SHA-256 (64 hex digits, as the RTE logs
+// certificate_sha256; colons and case are ignored). The check and the approval happen under
+// one lock, so no registration can swap the certificate between them. A short fingerprint is
+// 32 bits, which a certificate can be ground to match offline; the full SHA-256 cannot.
+// Otherwise it returns an error wrapping ErrCertificateChanged that names the certificate
+// waiting now.
+func (a *App) ApproveCertificate(ctx context.Context, name, certSHA256 string) error {
+	want := normalSHA256(certSHA256)
+	if len(want) != 64 {
+		return fmt.Errorf("approve runner %q: %q is not a full SHA-256 of a certificate: give its 64 hex digits, as the RTE logs certificate_sha256", name, protocol.PeerText(certSHA256, 100))
+	}
+	return a.approve(ctx, name, want)
+}
+
+// normalSHA256 drops colons and spaces and lowers the case of a hex fingerprint.
+func normalSHA256(s string) string {
+	return strings.ToLower(strings.NewReplacer(":", "", " ", "").Replace(strings.TrimSpace(s)))
+}
+
+func (a *App) approve(ctx context.Context, name, wantSHA256 string) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if _, err := a.pruneLocked(ctx); err != nil {
@@ -264,6 +306,18 @@ func (a *App) Approve(ctx context.Context, name string) error {
 	r, err := a.cfg.Store.GetRunner(ctx, name)
 	if err != nil {
 		return fmt.Errorf("approve runner %q: %w", name, err)
+	}
+	if wantSHA256 != "" {
+		got := ""
+		if r.PendingCertificate != nil {
+			got = protocol.CertificateSHA256(r.PendingCertificate)
+		}
+		if got == "" {
+			return fmt.Errorf("approve runner %q: %w: no certificate is waiting for approval", name, ErrCertificateChanged)
+		}
+		if normalSHA256(got) != wantSHA256 {
+			return fmt.Errorf("approve runner %q: %w: the certificate waiting has sha256 %s: compare again with the RTE's log before approving", name, ErrCertificateChanged, got)
+		}
 	}
 	if r.State == StateApproved && r.PendingCertificate == nil {
 		return nil
@@ -441,6 +495,80 @@ func (a *App) pruneLocked(ctx context.Context) ([]*Runner, error) {
 		kept = append(kept, r)
 	}
 	return kept, nil
+}
+
+// ClearWaiting rejects every registration request no admin has decided on yet, at once: the
+// way out when someone filled the waiting slots. Connected waiting outbound runners hear
+// rejected with reason and are closed with 4003. Runners that were approved once and wait
+// only for a changed certificate are kept. It returns the names removed.
+func (a *App) ClearWaiting(ctx context.Context, reason string) ([]string, error) {
+	a.mu.Lock()
+	runners, err := a.cfg.Store.ListRunners(ctx)
+	if err != nil {
+		a.mu.Unlock()
+		return nil, fmt.Errorf("clear waiting requests: %w", err)
+	}
+	var names []string
+	var peers []*outboundPeer
+	for _, r := range runners {
+		if !isRequest(r) {
+			continue
+		}
+		if err := a.cfg.Store.DeleteRunner(ctx, r.Name); err != nil && !errors.Is(err, ErrNotFound) {
+			a.mu.Unlock()
+			return names, fmt.Errorf("clear waiting request of runner %q: %w", r.Name, err)
+		}
+		names = append(names, r.Name)
+		if op := a.out.peer(r.Name); op != nil {
+			peers = append(peers, op)
+		}
+	}
+	a.mu.Unlock()
+	a.log.Info("waiting registration requests cleared by an admin", zap.Strings("names", names), zap.String("reason", protocol.PeerText(reason, 300)))
+	var wg sync.WaitGroup
+	for _, op := range peers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.tellRejected(ctx, op, reason)
+		}()
+	}
+	wg.Wait()
+	for _, n := range names {
+		a.wakeHolder(ctx, n) // another app node may hold its socket, and closes it
+	}
+	return names, nil
+}
+
+// waitingFull says why one more registration request from remoteAddr is refused (429), or "".
+// runners are the app's runners after pruning.
+func (a *App) waitingFull(runners []*Runner, remoteAddr string) string {
+	waiting, fromHere := 0, 0
+	host := addressHost(remoteAddr)
+	for _, r := range runners {
+		if !isRequest(r) {
+			continue
+		}
+		waiting++
+		if addressHost(r.RemoteAddr) == host {
+			fromHere++
+		}
+	}
+	switch {
+	case waiting >= a.cfg.MaxWaiting:
+		return fmt.Sprintf("%d registration requests already wait for an admin: approve or reject them in the app, or wait until requests older than %s are dropped", waiting, a.cfg.WaitingTTL)
+	case fromHere >= a.cfg.MaxWaitingPerAddress:
+		return fmt.Sprintf("%d registration requests from this address already wait for an admin (at most %d per address): approve or reject them in the app, or have an admin clear waiting requests", fromHere, a.cfg.MaxWaitingPerAddress)
+	}
+	return ""
+}
+
+// addressHost is the host of a "host:port" remote address, or the address itself.
+func addressHost(addr string) string {
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
+	}
+	return addr
 }
 
 // isRequest reports whether r is a registration request no admin has decided on yet.

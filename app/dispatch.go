@@ -81,7 +81,8 @@ type live struct {
 	hold bool
 
 	// owned caches, per job id, whether the job belongs to this runner; only the goroutine
-	// that handles the runner's messages uses it.
+	// that handles the runner's messages uses it. It holds at most maxOwnedCache ids, so a
+	// runner sending records of ever new job ids cannot grow it without end.
 	owned map[string]bool
 
 	transfers transfers // bundles being sent (bundles.go)
@@ -334,7 +335,7 @@ func (a *App) serve(ctx context.Context, peer *Peer) error {
 		defer wg.Done()
 		defer cancel()
 		defer close(in)
-		a.read(ctx, peer, in, budget)
+		a.read(ctx, lv, in, budget)
 	}()
 
 	if err := a.reconcile(ctx, lv); err != nil {

@@ -270,7 +270,6 @@ func (a *App) admitOutbound(ctx context.Context, name, token, joinToken, remoteA
 		return nil, err
 	}
 	var byName, byToken *Runner
-	waiting := 0
 	for _, r := range runners {
 		// Every runner's token is compared, in constant time, so the answer's timing tells
 		// neither which runner nor how much of a guess matched.
@@ -280,9 +279,6 @@ func (a *App) admitOutbound(ctx context.Context, name, token, joinToken, remoteA
 			byName = r
 		case matches && byToken == nil:
 			byToken = r
-		}
-		if isRequest(r) {
-			waiting++
 		}
 	}
 	fail := func(status int, format string, args ...any) (*answer, error) {
@@ -330,17 +326,19 @@ func (a *App) admitOutbound(ctx context.Context, name, token, joinToken, remoteA
 	}
 	if byName != nil {
 		if joinToken != "" {
-			return fail(http.StatusForbidden, "runner %q is %s at the app with another token (fingerprint %s): a join token does not take over a runner; restore this RTE's RTE_TOKEN, choose another RTE_NAME, or have an admin remove the runner",
-				name, byName.State, byName.TokenFingerprint)
+			return fail(http.StatusForbidden, "runner %q is %s at the app with another token: a join token does not take over a runner; restore this RTE's RTE_TOKEN, choose another RTE_NAME, or have an admin remove the runner",
+				name, byName.State)
 		}
-		return fail(http.StatusUnauthorized, "the token is not the one of runner %q (fingerprint %s): restore this RTE's RTE_TOKEN, choose another RTE_NAME, or have an admin remove the runner so that this RTE can join anew",
-			name, byName.TokenFingerprint)
+		// No fingerprint in the answer: the caller proved nothing, and the runner's token
+		// fingerprint is the admin's to compare, not a stranger's to learn.
+		return fail(http.StatusUnauthorized, "the token is not the one of runner %q: restore this RTE's RTE_TOKEN (its fingerprint is in the RTE's log; compare it with the runner page), choose another RTE_NAME, or have an admin remove the runner so that this RTE can join anew",
+			name)
 	}
 
 	// A first join: neither the name nor the token is known.
 	joined := joinToken != ""
-	if !joined && waiting >= a.cfg.MaxWaiting {
-		return fail(http.StatusTooManyRequests, "%d runners already wait for an admin: approve or reject them in the app, or wait until requests older than %s are dropped", waiting, a.cfg.WaitingTTL)
+	if why := a.waitingFull(runners, remoteAddr); !joined && why != "" {
+		return fail(http.StatusTooManyRequests, "%s", why)
 	}
 	r := &Runner{
 		Name: name, Mode: protocol.ModeOutbound, State: StateWaiting,

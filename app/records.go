@@ -80,11 +80,23 @@ func cost(m protocol.Message) int64 {
 
 // read hands the runner's valid messages to the handler until the socket ends or ctx is done.
 // Bad messages are answered inside Peer.Next.
-func (a *App) read(ctx context.Context, peer *Peer, in chan<- protocol.Message, budget *byteBudget) {
+func (a *App) read(ctx context.Context, lv *live, in chan<- protocol.Message, budget *byteBudget) {
+	peer := lv.peer
 	for {
 		m, err := peer.Next(ctx)
 		if err != nil {
 			return
+		}
+		if why := a.notYet(lv, m); why != "" {
+			// A waiting runner was given nothing, so anything but capacity is noise from a
+			// peer nobody vouched for yet: it counts toward the bad-message budget (1008 after
+			// protocol.MaxBadMessages a minute) and never reaches the store.
+			a.out.refusals.Warn("unapproved runner sent a message it may not send yet",
+				zap.String("runner", peer.Runner), zap.String("type", m.Type()))
+			if err := peer.Conn.ReportBad(ctx, protocol.Error{Code: protocol.ErrUnexpected, Ref: refOf(m), Message: why}); err != nil {
+				return
+			}
+			continue
 		}
 		if err := budget.take(ctx, cost(m)); err != nil {
 			return
@@ -96,6 +108,45 @@ func (a *App) read(ctx context.Context, peer *Peer, in chan<- protocol.Message, 
 		}
 	}
 }
+
+// notYet says why m is not taken from a runner that waits for approval, or "" when it is:
+// until approved, a runner may send only capacity (what joining needs: its hello was the
+// handshake), since it holds no job of this app.
+func (a *App) notYet(lv *live, m protocol.Message) string {
+	if m.Type() == protocol.TypeCapacity || a.approvedPeer(lv) {
+		return ""
+	}
+	return fmt.Sprintf("%s: runner %q is not approved yet; until an admin approves it, it may send only capacity", m.Type(), lv.peer.Runner)
+}
+
+// approvedPeer reports whether the runner on lv's socket is approved: welcomed approved, or
+// told approved on this socket since.
+func (a *App) approvedPeer(lv *live) bool {
+	if lv.peer.Welcome.Approved {
+		return true
+	}
+	op := a.out.peer(lv.peer.Runner)
+	return op != nil && op.conn == lv.peer.Conn && op.approved.Load()
+}
+
+// refOf is the job a message is about, for the ref of an error answering it.
+func refOf(m protocol.Message) string {
+	switch v := m.(type) {
+	case *protocol.Record:
+		return v.Job
+	case *protocol.JobAccepted:
+		return v.Job
+	case *protocol.JobRefused:
+		return v.Job
+	case *protocol.BundleWant:
+		return v.Job
+	}
+	return ""
+}
+
+// maxOwnedCache bounds live.owned: past it the cache starts over, costing a store lookup per
+// job again, never memory.
+const maxOwnedCache = 4096
 
 // handle acts on the runner's messages in the order they came, storing runs of records in
 // batches, until in is closed. An error means records could not be stored: the caller closes
@@ -209,15 +260,27 @@ func (a *App) ownedBy(ctx context.Context, lv *live, job string) (bool, error) {
 	case err != nil:
 		return false, fmt.Errorf("look up job %q: %w", job, err)
 	case j.Runner == lv.peer.Runner:
-		lv.owned[job] = true
+		lv.remember(job, true)
 		return true, nil
 	}
-	lv.owned[job] = false
-	a.log.Warn("runner sent records of a job the app did not give it; they are not stored or acked",
-		zap.String("runner", lv.peer.Runner), zap.String("job", job))
-	_ = lv.peer.Send(ctx, protocol.Error{Code: protocol.ErrUnexpected, Ref: job,
+	// Cached, so a spool full of one stray job's records costs one bad message, not one per
+	// record; a runner inventing new job ids pays one each.
+	lv.remember(job, false)
+	a.out.refusals.Warn("runner sent records of a job the app did not give it; they are not stored or acked",
+		zap.String("runner", lv.peer.Runner), zap.String("job", protocol.PeerText(job, 128)))
+	// A bad message like any other: past protocol.MaxBadMessages a minute the socket closes
+	// with 1008, as the RTE does to an app that misbehaves.
+	_ = lv.peer.Conn.ReportBad(ctx, protocol.Error{Code: protocol.ErrUnexpected, Ref: job,
 		Message: fmt.Sprintf("record: job %q is not a job this app gave runner %q; its records are not stored and will not be acked", job, lv.peer.Runner)})
 	return false, nil
+}
+
+// remember caches whether job belongs to the runner, starting the cache over when it is full.
+func (lv *live) remember(job string, mine bool) {
+	if len(lv.owned) >= maxOwnedCache {
+		clear(lv.owned)
+	}
+	lv.owned[job] = mine
 }
 
 // applyRecords moves a job along after its records were stored: its first record makes it

@@ -3,6 +3,7 @@ package app
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"crypto/x509"
 	"encoding/json"
@@ -183,13 +184,9 @@ func (a *App) register(ctx context.Context, reg registration, remoteAddr string)
 		joined = true
 	}
 	var r *Runner
-	waiting := 0
 	for _, x := range runners {
 		if x.Name == reg.name {
 			r = x
-		}
-		if isRequest(x) {
-			waiting++
 		}
 	}
 	now := a.cfg.Now()
@@ -204,9 +201,8 @@ func (a *App) register(ctx context.Context, reg registration, remoteAddr string)
 
 	switch {
 	case r == nil:
-		if !joined && waiting >= a.cfg.MaxWaiting {
-			return refused(http.StatusTooManyRequests, "%d registration requests already wait for an admin: approve or reject them in the app, or wait until requests older than %s are dropped, then restart the RTE",
-				waiting, a.cfg.WaitingTTL), nil
+		if why := a.waitingFull(runners, remoteAddr); !joined && why != "" {
+			return refused(http.StatusTooManyRequests, "%s; then restart the RTE", why), nil
 		}
 		r = &Runner{Name: reg.name, Mode: protocol.ModeInbound, State: StateWaiting}
 		reg.applyTo(r, remoteAddr, now)
@@ -220,9 +216,18 @@ func (a *App) register(ctx context.Context, reg registration, remoteAddr string)
 	case r.Mode != protocol.ModeInbound:
 		return refused(http.StatusConflict, "the name %q belongs to an %s runner at the app: choose another RTE_NAME, or have an admin remove that runner", reg.name, r.Mode), nil
 
+	case isRequest(r) && !equalSecret(reg.token, r.Token):
+		// Only the caller that made a request may change it: otherwise anyone who reaches the
+		// app could swap in a certificate of their own while the admin compares the old one
+		// (a short fingerprint is 32 bits and can be ground to match). An RTE that lost its
+		// token waits for the request to expire, or for an admin to reject or clear it.
+		return refused(http.StatusConflict, "runner %q already has a registration request waiting, made with another token: restore the RTE's RTE_TOKEN, choose another RTE_NAME, or have an admin reject the waiting request (it is dropped by itself after %s)",
+			reg.name, a.cfg.WaitingTTL), nil
+
 	case isRequest(r):
-		// Nobody approved this name yet, so the newer request simply replaces the older one; the
-		// admin compares fingerprints with the RTE's log before approving.
+		// The same RTE registering again (a restart) refreshes its request; the page compares
+		// the full SHA-256 it showed the admin with the certificate waiting at approval, so a
+		// changed certificate is shown, never approved unseen.
 		reg.applyTo(r, remoteAddr, now)
 		if joined {
 			r.State, r.Certificate, r.PendingCertificate, r.ApprovedAt = StateApproved, reg.der, nil, now
@@ -236,8 +241,10 @@ func (a *App) register(ctx context.Context, reg registration, remoteAddr string)
 	// anything: otherwise anyone who reaches the app could push an approved runner back to
 	// waiting, or plant a token of their own for an admin to approve by mistake.
 	if !equalSecret(reg.token, r.Token) {
-		return refused(http.StatusConflict, "the token (fingerprint %s) is not the one approved for runner %q (fingerprint %s): restore the RTE's RTE_TOKEN, or have an admin remove the runner so it can register anew",
-			protocol.TokenFingerprint(reg.token), reg.name, r.TokenFingerprint), nil
+		// The answer names no fingerprint: the caller holds no token of this runner, and the
+		// approved one's fingerprint is the admin's to compare, not a stranger's to learn.
+		return refused(http.StatusConflict, "the token is not the one approved for runner %q: restore the RTE's RTE_TOKEN (its fingerprint is in the RTE's log; compare it with the runner page), or have an admin remove the runner so it can register anew",
+			reg.name), nil
 	}
 	// The join token approves first joins only: a changed certificate always needs an admin.
 	switch {
@@ -306,7 +313,10 @@ func describeCertificate(url string, der []byte) string {
 // equalSecret compares two secrets in constant time, so the answer's timing does not reveal
 // how much of a guess was right.
 func equalSecret(got, want string) bool {
-	return subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+	// Digests first: ConstantTimeCompare returns at once when the lengths differ, so on the
+	// raw strings the answer's timing would tell a caller the length of a runner's token.
+	g, w := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
+	return subtle.ConstantTimeCompare(g[:], w[:]) == 1
 }
 
 func writeAnswer(w http.ResponseWriter, ans answer) {

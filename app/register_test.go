@@ -206,6 +206,8 @@ func TestRegisterWithJoinToken(t *testing.T) {
 	})
 }
 
+// TestRegisterUpdatesWaitingRequest: the RTE that made a request (its token) may refresh it,
+// certificate and address included; the admin's approval is then bound to the SHA-256 shown.
 func TestRegisterUpdatesWaitingRequest(t *testing.T) {
 	ta := newTestApp(t, nil)
 	cert1, cert2 := newCert(t), newCert(t)
@@ -214,7 +216,6 @@ func TestRegisterUpdatesWaitingRequest(t *testing.T) {
 	}
 	ta.clock.Advance(time.Hour)
 	req := baseRequest(cert2)
-	req.Token = "another-token-0123456789"
 	req.URL = "https://rte01.example.com:9000"
 	status, resp := ta.register(t, req)
 	if status != http.StatusAccepted || resp.CertificateFingerprint != protocol.CertificateFingerprint(cert2.der) || resp.TokenFingerprint != protocol.TokenFingerprint(req.Token) {
@@ -224,6 +225,43 @@ func TestRegisterUpdatesWaitingRequest(t *testing.T) {
 	if !bytes.Equal(r.PendingCertificate, cert2.der) || r.Token != req.Token || r.URL != req.URL || !r.RequestedAt.Equal(ta.clock.Now()) {
 		t.Errorf("waiting request not replaced: pending is new %v, token is new %v, url %q, requested %s",
 			bytes.Equal(r.PendingCertificate, cert2.der), r.Token == req.Token, r.URL, r.RequestedAt)
+	}
+}
+
+// TestRegisterWaitingRequestKeptFromOtherTokens: a caller without the request's token cannot
+// replace a waiting request (issue 10: a certificate ground to match the short fingerprint
+// could be slipped in while the admin compares); the answer names no fingerprint.
+func TestRegisterWaitingRequestKeptFromOtherTokens(t *testing.T) {
+	ta := newTestApp(t, nil)
+	cert1, cert2 := newCert(t), newCert(t)
+	if status, _ := ta.register(t, baseRequest(cert1)); status != http.StatusAccepted {
+		t.Fatalf("first registration got %d, want 202", status)
+	}
+	before := ta.runner(t, "rte01")
+	req := baseRequest(cert2)
+	req.Token = "another-token-0123456789"
+	req.URL = "https://evil.example.com:9000"
+	status, resp := ta.register(t, req)
+	if status != http.StatusConflict || !strings.Contains(resp.Error, "already has a registration request waiting, made with another token") ||
+		strings.Contains(resp.Error, before.TokenFingerprint) || resp.TokenFingerprint != "" {
+		t.Fatalf("got %d %+v, want 409 saying a request waits with another token, naming no fingerprint", status, resp)
+	}
+	after := ta.runner(t, "rte01")
+	if !bytes.Equal(after.PendingCertificate, cert1.der) || after.Token != testToken || after.URL != before.URL {
+		t.Fatalf("a caller without the token changed the waiting request: pending kept %v, token kept %v, url %q",
+			bytes.Equal(after.PendingCertificate, cert1.der), after.Token == testToken, after.URL)
+	}
+	if err := ta.ApproveCertificate(context.Background(), "rte01", protocol.CertificateSHA256(cert2.der)); !errors.Is(err, app.ErrCertificateChanged) {
+		t.Fatalf("approving the other certificate's SHA-256 = %v, want ErrCertificateChanged", err)
+	}
+	if r := ta.runner(t, "rte01"); r.State != app.StateWaiting {
+		t.Fatalf("runner is %s after a refused approval, want waiting", r.State)
+	}
+	if err := ta.ApproveCertificate(context.Background(), "rte01", strings.ToUpper(protocol.CertificateSHA256(cert1.der))); err != nil {
+		t.Fatalf("approving the shown certificate's SHA-256: %v", err)
+	}
+	if r := ta.runner(t, "rte01"); r.State != app.StateApproved || !bytes.Equal(r.Certificate, cert1.der) {
+		t.Fatalf("runner is %s, pinned to the shown certificate %v; want approved on it", r.State, bytes.Equal(r.Certificate, cert1.der))
 	}
 }
 
@@ -308,8 +346,9 @@ func TestRegisterApprovedRunnerWithAnotherTokenChangesNothing(t *testing.T) {
 	req.Token = "somebody-elses-token-0123"
 	req.URL = "https://evil.example.com:8000"
 	status, resp := ta.register(t, req)
-	if status != http.StatusConflict || !strings.Contains(resp.Error, "token") || !strings.Contains(resp.Error, before.TokenFingerprint) {
-		t.Fatalf("got %d %q, want 409 about the token naming the approved fingerprint %s", status, resp.Error, before.TokenFingerprint)
+	// Issue 10: the answer once named the approved token's fingerprint to anyone who asked.
+	if status != http.StatusConflict || !strings.Contains(resp.Error, "token") || strings.Contains(resp.Error, before.TokenFingerprint) {
+		t.Fatalf("got %d %q, want 409 about the token that does not name the approved fingerprint %s", status, resp.Error, before.TokenFingerprint)
 	}
 	after := ta.runner(t, "rte01")
 	if after.State != app.StateApproved || after.Token != testToken || after.URL != before.URL || after.PendingCertificate != nil {
