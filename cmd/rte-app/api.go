@@ -68,6 +68,7 @@ func newHandler(a *app.App, adminToken string, logger *zap.Logger, closing <-cha
 	admin.HandleFunc("GET /api/v2/runners", h.listRunners)
 	admin.HandleFunc("POST /api/v2/runners/{name}/approve", h.approve)
 	admin.HandleFunc("POST /api/v2/runners/{name}/reject", h.reject)
+	admin.HandleFunc("POST /api/v2/runners/clear-waiting", h.clearWaiting)
 	admin.HandleFunc("POST /api/v2/runners/{name}/check_node_connections", h.checkNodeConnections)
 	admin.HandleFunc("POST /api/v2/jobs", h.submit)
 	admin.HandleFunc("GET /api/v2/jobs", h.listJobs)
@@ -182,7 +183,7 @@ func (h *api) approve(w http.ResponseWriter, r *http.Request) {
 	if !decodeOptionalBody(w, r, &body) {
 		return
 	}
-	runner, err := h.approveRunner(r.Context(), name, body.CertificateFingerprint)
+	runner, err := h.approveRunner(r.Context(), name, body.CertificateFingerprint, body.CertificateSHA256)
 	if err != nil {
 		h.writeFailure(w, "approve runner", err)
 		return
@@ -216,16 +217,16 @@ func (h *api) writeFailure(w http.ResponseWriter, what string, err error) {
 
 // approveRunner approves the named runner and returns it as stored afterwards. With a
 // fingerprint, the approval goes through only if that is the certificate waiting, so what is
-// approved is what the admin compared. Refusals are *refusal.
-func (h *api) approveRunner(ctx context.Context, name, fingerprint string) (*app.Runner, error) {
+// approved is what the admin compared: sha256 (the full one) binds it exactly; a short
+// fingerprint is checked, and the approval is then bound to the full SHA-256 of the
+// certificate that matched, so nothing can be swapped in between. Refusals are *refusal.
+func (h *api) approveRunner(ctx context.Context, name, fingerprint, sha256 string) (*app.Runner, error) {
 	runner, err := h.lookupRunner(ctx, name)
 	if err != nil {
 		return nil, err
 	}
+	bind := strings.TrimSpace(sha256)
 	if want := strings.TrimSpace(fingerprint); want != "" {
-		// The check and the approval are two steps; a registration landing between them could
-		// swap the pending certificate. The window is a store round trip, and such a
-		// registration must carry the runner's own token.
 		got := ""
 		if runner.PendingCertificate != nil {
 			got = protocol.CertificateFingerprint(runner.PendingCertificate)
@@ -236,8 +237,18 @@ func (h *api) approveRunner(ctx context.Context, name, fingerprint string) (*app
 		case !strings.EqualFold(got, want):
 			return nil, refuse(http.StatusConflict, "certificate_fingerprint: the certificate waiting for runner %q is %s, not %s: compare again with the RTE's log before approving", name, got, quote(want))
 		}
+		if bind == "" {
+			bind = protocol.CertificateSHA256(runner.PendingCertificate)
+		}
 	}
-	if err := h.app.Approve(ctx, name); err != nil {
+	approve := func() error { return h.app.Approve(ctx, name) }
+	if bind != "" {
+		approve = func() error { return h.app.ApproveCertificate(ctx, name, bind) }
+	}
+	if err := approve(); err != nil {
+		if errors.Is(err, app.ErrCertificateChanged) {
+			return nil, refuse(http.StatusConflict, "certificate_sha256: %v", err)
+		}
 		if errors.Is(err, app.ErrNotFound) {
 			return nil, refuse(http.StatusNotFound, "no runner named %s (a request waiting longer than the waiting time is dropped)", quote(name))
 		}
@@ -246,6 +257,28 @@ func (h *api) approveRunner(ctx context.Context, name, fingerprint string) (*app
 		return nil, refuse(http.StatusConflict, "%v", err)
 	}
 	return h.lookupRunner(ctx, name)
+}
+
+// clearWaiting rejects every registration request no admin has decided on yet (app.ClearWaiting):
+// the way out when someone filled the waiting slots.
+func (h *api) clearWaiting(w http.ResponseWriter, r *http.Request) {
+	var body clearWaitingRequest
+	if !decodeOptionalBody(w, r, &body) {
+		return
+	}
+	reason := body.Reason
+	if strings.TrimSpace(reason) == "" {
+		reason = "an admin cleared the waiting registration requests"
+	}
+	names, err := h.app.ClearWaiting(r.Context(), reason)
+	if err != nil {
+		h.internal(w, "clear waiting requests", err)
+		return
+	}
+	if names == nil {
+		names = []string{}
+	}
+	writeJSON(w, http.StatusOK, clearWaitingResponse{Cleared: names})
 }
 
 func (h *api) reject(w http.ResponseWriter, r *http.Request) {
@@ -372,8 +405,8 @@ func (b jobRequest) toJobRequest() (app.JobRequest, error) {
 			}
 		}
 	}
-	if b.TimeoutS < 0 {
-		return app.JobRequest{}, fmt.Errorf("timeout_s: is %d; give the seconds the playbook may run, or 0 for the runner's default", b.TimeoutS)
+	if b.TimeoutS < 0 || b.TimeoutS > protocol.MaxTimeoutS {
+		return app.JobRequest{}, fmt.Errorf("timeout_s: is %d; give the seconds the playbook may run, at most %d (7 days), or 0 for the runner's default", b.TimeoutS, protocol.MaxTimeoutS)
 	}
 	start := protocol.JobStart{
 		Playbook: b.Playbook, Inventories: b.Inventories, Extravars: b.Extravars, Limit: b.Limit,

@@ -85,6 +85,8 @@ func cli(ctx context.Context, name string, args, environ []string, stdout, stder
 		err = approveCmd(ctx, c, args)
 	case "reject":
 		err = rejectCmd(ctx, c, args)
+	case "clear-waiting":
+		err = clearWaitingCmd(ctx, c, args)
 	case "jobs":
 		err = jobsCmd(ctx, c, args)
 	case "cancel":
@@ -199,8 +201,8 @@ func runnersCmd(ctx context.Context, c *command, args []string) error {
 	}
 	for _, r := range runners {
 		if r.PendingCertificate != nil {
-			fmt.Fprintf(stdout, "\n%s waits with certificate %s (sha256 %s): compare with certificate_fingerprint in the RTE's \"rte starting\" log line, then: rte-app approve %s --fingerprint %s\n",
-				oneLine(r.Name, 64), r.PendingCertificate.Fingerprint, r.PendingCertificate.SHA256, oneLine(r.Name, 64), r.PendingCertificate.Fingerprint)
+			fmt.Fprintf(stdout, "\n%s waits with certificate %s (sha256 %s): compare with certificate_sha256 in the RTE's \"rte starting\" log line, then: rte-app approve %s --sha256 %s\n",
+				oneLine(r.Name, 64), r.PendingCertificate.Fingerprint, r.PendingCertificate.SHA256, oneLine(r.Name, 64), r.PendingCertificate.SHA256)
 		}
 	}
 	return nil
@@ -229,6 +231,7 @@ func orDash(s string) string {
 
 func approveCmd(ctx context.Context, c *command, args []string) error {
 	fingerprint := c.fs.String("fingerprint", "", "approve only if the waiting certificate has this short fingerprint (abcd-ef12), as the RTE logged it")
+	sha := c.fs.String("sha256", "", "approve only the certificate with this full SHA-256 (64 hex digits), as the RTE logged certificate_sha256; binds the approval exactly")
 	name, err := oneArg(c.fs, args, "runner NAME")
 	if err != nil {
 		return err
@@ -237,7 +240,7 @@ func approveCmd(ctx context.Context, c *command, args []string) error {
 	if err != nil {
 		return err
 	}
-	r, err := cl.approve(ctx, name, *fingerprint)
+	r, err := cl.approve(ctx, name, *fingerprint, *sha)
 	if err != nil {
 		return err
 	}
@@ -248,6 +251,31 @@ func approveCmd(ctx context.Context, c *command, args []string) error {
 	default:
 		fmt.Fprintf(stdout, "approved runner %s (%s)\n", oneLine(r.Name, 64), oneLine(orDash(r.URL), 200))
 	}
+	return nil
+}
+
+// clearWaitingCmd rejects every registration request no admin decided on yet, at once.
+func clearWaitingCmd(ctx context.Context, c *command, args []string) error {
+	reason := c.fs.String("reason", "", "why, for the app's log and the waiting RTEs")
+	if err := c.fs.Parse(args); err != nil {
+		return usageError{err}
+	}
+	if c.fs.NArg() > 0 {
+		return usageError{fmt.Errorf("clear-waiting takes no arguments, got %s", quote(c.fs.Arg(0)))}
+	}
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	names, err := cl.clearWaiting(ctx, *reason)
+	if err != nil {
+		return err
+	}
+	if len(names) == 0 {
+		fmt.Fprintln(c.stdout, "no registration request was waiting")
+		return nil
+	}
+	fmt.Fprintf(c.stdout, "cleared %d waiting registration requests: %s\n", len(names), oneLine(strings.Join(names, ", "), 2000))
 	return nil
 }
 

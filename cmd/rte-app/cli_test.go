@@ -176,6 +176,17 @@ func TestRunnersAndJobsCommands(t *testing.T) {
 	if code != exitTrouble || !strings.Contains(stderr, "no certificate waiting") {
 		t.Errorf("approve with a fingerprint nothing matches: exit %d, want %d: %s", code, exitTrouble, stderr)
 	}
+	code, _, stderr = ta.runCLI(t, "approve", "r1", "--sha256", "0000000000000000000000000000000000000000000000000000000000000000")
+	if code != exitTrouble || !strings.Contains(stderr, "no certificate is waiting") {
+		t.Errorf("approve with a SHA-256 nothing matches: exit %d, want %d: %s", code, exitTrouble, stderr)
+	}
+	code, stdout, stderr = ta.runCLI(t, "clear-waiting", "--reason", "test")
+	if code != exitOK || !strings.Contains(stdout, "no registration request was waiting") {
+		t.Errorf("clear-waiting with nothing waiting: exit %d: %s %s", code, stdout, stderr)
+	}
+	if r := runnerNamed(t, ta, "r1"); r.State != app.StateApproved {
+		t.Errorf("clear-waiting touched approved runner r1: %s", r.State)
+	}
 	code, stdout, stderr = ta.runCLI(t, "reject", "--reason", "test", "r1")
 	if code != exitOK || !strings.Contains(stdout, "rejected runner r1") {
 		t.Errorf("reject: exit %d: %s %s", code, stdout, stderr)

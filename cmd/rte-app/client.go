@@ -122,14 +122,24 @@ func (c *client) runners(ctx context.Context) ([]runnerView, error) {
 	return out.Runners, err
 }
 
-func (c *client) approve(ctx context.Context, name, fingerprint string) (runnerView, error) {
+func (c *client) approve(ctx context.Context, name, fingerprint, sha256 string) (runnerView, error) {
 	var out runnerView
 	var in any
-	if fingerprint != "" {
-		in = approveRequest{CertificateFingerprint: fingerprint}
+	if fingerprint != "" || sha256 != "" {
+		in = approveRequest{CertificateFingerprint: fingerprint, CertificateSHA256: sha256}
 	}
 	err := c.do(ctx, http.MethodPost, "/api/v2/runners/"+url.PathEscape(name)+"/approve", nil, in, &out)
 	return out, err
+}
+
+func (c *client) clearWaiting(ctx context.Context, reason string) ([]string, error) {
+	var out clearWaitingResponse
+	var in any
+	if reason != "" {
+		in = clearWaitingRequest{Reason: reason}
+	}
+	err := c.do(ctx, http.MethodPost, "/api/v2/runners/clear-waiting", nil, in, &out)
+	return out.Cleared, err
 }
 
 func (c *client) reject(ctx context.Context, name, reason string) error {

@@ -320,7 +320,7 @@ func (d *demoRun) run(ctx context.Context) int {
 	if !d.compare(logged, runner) {
 		return exitTrouble
 	}
-	if _, err := c.approve(ctx, demoRunner, runner.PendingCertificate.Fingerprint); err != nil {
+	if _, err := c.approve(ctx, demoRunner, runner.PendingCertificate.Fingerprint, runner.PendingCertificate.SHA256); err != nil {
 		return d.fail("approve: %v", err)
 	}
 	d.say("approved %s: the app now dials %s and trusts only certificate %s", demoRunner, rteURL, runner.PendingCertificate.Fingerprint)

@@ -19,8 +19,10 @@ server:
 commands that talk to a running app (flags: --app URL, default $APP_URL or http://127.0.0.1:8080;
 the admin token comes from APP_ADMIN_TOKEN):
   runners               list runners with their fingerprints and connection
-  approve NAME          approve a runner (--fingerprint abcd-ef12: only if that certificate waits)
+  approve NAME          approve a runner (--sha256 HEX: only the certificate with that full SHA-256;
+                        --fingerprint abcd-ef12: only if that certificate waits)
   reject NAME           reject and remove a runner (--reason TEXT)
+  clear-waiting         reject every registration request still waiting for an admin (--reason TEXT)
   run                   run a playbook and follow it: --runner NAME --playbook site.yml
                         [--inventory hosts.yml ...] [--extra-vars JSON|@file] [--limit PATTERN]
                         [--tags a,b] [--skip-tags c] [--check] [--diff] [-v N] [--forks N]
@@ -54,7 +56,7 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 	switch cmd {
 	case "serve":
 		return serve(ctx, args, environ, stderr)
-	case "runners", "approve", "reject", "run", "follow", "jobs", "cancel", "check":
+	case "runners", "approve", "reject", "clear-waiting", "run", "follow", "jobs", "cancel", "check":
 		return cli(ctx, cmd, args, environ, stdout, stderr)
 	case "demo":
 		return demo(ctx, args, environ, stdout, stderr)

@@ -182,6 +182,20 @@ type jobSecrets struct {
 // admin compared.
 type approveRequest struct {
 	CertificateFingerprint string `json:"certificate_fingerprint,omitempty"`
+	// CertificateSHA256 is the full fingerprint (64 hex digits, as the RTE logs
+	// certificate_sha256): it binds the approval to exactly that certificate. The short
+	// fingerprint is 32 bits, which a certificate can be ground to match.
+	CertificateSHA256 string `json:"certificate_sha256,omitempty"`
+}
+
+// clearWaitingRequest is the optional body of POST /api/v2/runners/clear-waiting.
+type clearWaitingRequest struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// clearWaitingResponse names the registration requests removed.
+type clearWaitingResponse struct {
+	Cleared []string `json:"cleared"`
 }
 
 // rejectRequest is the optional body of POST /api/v2/runners/{name}/reject.

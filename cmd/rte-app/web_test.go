@@ -573,6 +573,8 @@ func TestWebReviewAndApprove(t *testing.T) {
 	}{
 		{"another certificate", "certificate_fingerprint", "0000-0000", "registered again with another certificate"},
 		{"no certificate shown", "certificate_fingerprint", "", "registered again with another certificate"},
+		// Issue 10: the short fingerprint is 32 bits; the full SHA-256 the page showed binds.
+		{"another certificate with the same short fingerprint", "certificate_sha256", strings.Repeat("0", 64), "registered again with another certificate"},
 		{"another token", "token_fingerprint", "ffff-ffff", "registered again with another token"},
 		{"another address", "url", "https://elsewhere:8000", "registered again with another address"},
 	}

@@ -106,11 +106,14 @@ func (wb *web) approve(w http.ResponseWriter, r *http.Request, v visit) {
 		return
 	}
 	shownCert := strings.TrimSpace(r.PostFormValue("certificate_fingerprint"))
-	if why := changedSince(rn, r.PostFormValue("token_fingerprint"), shownCert, r.PostFormValue("url")); why != "" {
+	// The page shows the full SHA-256 and posts it back: the approval is bound to that, not
+	// to the 32-bit short fingerprint a ground certificate could match.
+	shownSHA := strings.TrimSpace(r.PostFormValue("certificate_sha256"))
+	if why := changedSince(rn, r.PostFormValue("token_fingerprint"), shownCert, shownSHA, r.PostFormValue("url")); why != "" {
 		wb.showRunner(w, r, v, http.StatusConflict, why+" Nothing was approved: compare the values below with the RTE's log again.")
 		return
 	}
-	approved, err := wb.api.approveRunner(r.Context(), name, shownCert)
+	approved, err := wb.api.approveRunner(r.Context(), name, shownCert, shownSHA)
 	if err != nil {
 		var ref *refusal
 		if errors.As(err, &ref) && ref.status != http.StatusNotFound {
@@ -129,18 +132,19 @@ func (wb *web) approve(w http.ResponseWriter, r *http.Request, v visit) {
 }
 
 // changedSince says what differs between the runner now and what the review showed, or "".
-func changedSince(rn *app.Runner, shownToken, shownCert, shownURL string) string {
-	cert := ""
+func changedSince(rn *app.Runner, shownToken, shownCert, shownSHA, shownURL string) string {
+	cert, sha := "", ""
 	if rn.PendingCertificate != nil {
 		cert = protocol.CertificateFingerprint(rn.PendingCertificate)
+		sha = protocol.CertificateSHA256(rn.PendingCertificate)
 	}
 	switch {
 	case !strings.EqualFold(strings.TrimSpace(shownToken), rn.TokenFingerprint):
 		return fmt.Sprintf("The RTE registered again with another token since the page was drawn: its token fingerprint is now %s.", rn.TokenFingerprint)
 	case !strings.EqualFold(shownCert, cert) && cert == "":
 		return "The certificate that was shown is no longer waiting for approval."
-	case !strings.EqualFold(shownCert, cert):
-		return fmt.Sprintf("The RTE registered again with another certificate since the page was drawn: the certificate waiting is now %s.", cert)
+	case !strings.EqualFold(shownCert, cert) || (shownSHA != "" && !strings.EqualFold(shownSHA, sha)):
+		return fmt.Sprintf("The RTE registered again with another certificate since the page was drawn: the certificate waiting is now %s (sha256 %s).", cert, sha)
 	case strings.TrimSpace(shownURL) != rn.URL:
 		return fmt.Sprintf("The RTE registered again with another address since the page was drawn: it is now %s.", rn.URL)
 	}
