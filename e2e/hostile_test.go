@@ -2,11 +2,14 @@ package e2e
 
 import (
 	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorilla/websocket"
 
 	"github.com/rte-project/rte/protocol"
 )
@@ -182,6 +185,30 @@ func TestHostileJobStartRefused(t *testing.T) {
 		ref, ok := a.answer(id).(*protocol.JobRefused)
 		if !ok || ref.Code != protocol.RefusedInvalid || !strings.Contains(ref.Message, c.want) {
 			t.Errorf("env %s: answer %+v, want job.refused invalid naming %q", c.name, ref, c.want)
+		}
+	}
+
+	// The two smaller ones: a frame nested too deep is named so, and an unclean socket path is
+	// not found rather than redirected.
+	deep := `{"type":"job.cancel","job":"deep-1","x":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`
+	if err := a.ws.WriteMessage(websocket.TextMessage, []byte(deep)); err != nil {
+		t.Fatal(err)
+	}
+	if e := a.waitFor("the error about the deep frame", func(m protocol.Message) bool {
+		e, ok := m.(*protocol.Error)
+		return ok && e.Code == protocol.ErrBadJSON
+	}).(*protocol.Error); !strings.Contains(e.Message, "nested deeper than 10000 levels") {
+		t.Errorf("a frame nested 10001 deep: %+v, want bad_json naming the nesting", e)
+	}
+	noRedirect := &http.Client{Timeout: 5 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, path := range []string{"//rte/v1/socket", "/rte/v1/../v1/socket", "//live"} {
+		resp, err := noRedirect.Get(rte.URL() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound || resp.Header.Get("Location") != "" {
+			t.Errorf("GET %s: %d Location %q, want 404 and no redirect", path, resp.StatusCode, resp.Header.Get("Location"))
 		}
 	}
 

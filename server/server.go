@@ -9,6 +9,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -152,7 +153,16 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("GET /ready", s.serveReady)
 	// /metrics takes every method so that, without METRICS_TOKEN, it is 404 for all of them.
 	mux.HandleFunc("/metrics", s.serveMetrics)
-	s.handler = mux
+	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// ServeMux answers a path that is not clean (//rte/v1/socket, /a/../live) with a
+		// redirect to the clean one, which tells a prober what is served and hands a client
+		// a Location it did not ask for. The RTE serves its paths as written, nothing else.
+		if p := r.URL.Path; p != "/" && path.Clean(p) != p {
+			http.NotFound(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 	return s, nil
 }
 
