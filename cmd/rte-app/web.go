@@ -98,6 +98,7 @@ func (wb *web) routes() http.Handler {
 	mux.Handle("GET /runners/{name}", wb.guard(wb.runnerPage))
 	mux.Handle("POST /runners/{name}/approve", wb.guard(wb.approve))
 	mux.Handle("POST /runners/{name}/reject", wb.guard(wb.reject))
+	mux.Handle("POST /runners/clear-waiting", wb.guard(wb.clearWaiting))
 	mux.Handle("GET /jobs", wb.guard(wb.jobsPage))
 	mux.Handle("POST /jobs", wb.guard(wb.startJob))
 	mux.Handle("GET /jobs/{id}", wb.guard(wb.jobPage))

@@ -815,3 +815,36 @@ func jsonEqual(got json.RawMessage, want string) bool {
 	var a, b any
 	return json.Unmarshal(got, &a) == nil && json.Unmarshal([]byte(want), &b) == nil && fmt.Sprint(a) == fmt.Sprint(b)
 }
+
+// TestWebClearWaiting: the runners page rejects every waiting request at once (issue 10: one
+// caller could hold every waiting slot for a day); approved runners are kept, and a post
+// without the CSRF token changes nothing.
+func TestWebClearWaiting(t *testing.T) {
+	ta := startTestApp(t)
+	c := signedIn(t, ta)
+	for i, name := range []string{"stranger-1", "stranger-2"} {
+		pemText, _ := certPEM(t, "rte01.example.com")
+		if status := register(t, ta, name, "https://rte01.example.com:8000", fmt.Sprintf("stranger-token-%d-0123456789abcdef", i), pemText); status != http.StatusAccepted {
+			t.Fatalf("registration of %s: %d, want 202 waiting", name, status)
+		}
+	}
+	if list := c.get("/runners"); !strings.Contains(list.body, `id="clear-waiting"`) {
+		t.Fatalf("GET /runners with waiting requests: no clear-waiting form:\n%s", list.body)
+	}
+	if a := c.post("/runners/clear-waiting", url.Values{"csrf": {"0000"}}); a.status != http.StatusForbidden {
+		t.Fatalf("clear-waiting with a wrong csrf token: %d, want 403", a.status)
+	}
+	if rn := runnerNamed(t, ta, "stranger-1"); rn.State != app.StateWaiting {
+		t.Fatalf("stranger-1 is %s after a refused clear, want waiting", rn.State)
+	}
+	if a := c.post("/runners/clear-waiting", url.Values{}); a.status != http.StatusSeeOther {
+		t.Fatalf("clear-waiting: %d, want 303", a.status)
+	}
+	page := c.get("/runners")
+	if !strings.Contains(page.body, "Rejected 2 waiting requests") || strings.Contains(page.body, `id="waiting-notice"`) {
+		t.Fatalf("after the clear the page does not say so, or still shows waiting runners:\n%s", page.body)
+	}
+	if rn := runnerNamed(t, ta, "r1"); rn.State != app.StateApproved {
+		t.Fatalf("approved runner r1 is %s after the clear, want kept", rn.State)
+	}
+}

@@ -166,6 +166,21 @@ func (wb *web) reject(w http.ResponseWriter, r *http.Request, v visit) {
 	http.Redirect(w, r, "/runners", http.StatusSeeOther)
 }
 
+// clearWaiting rejects every registration request still waiting (app.ClearWaiting).
+func (wb *web) clearWaiting(w http.ResponseWriter, r *http.Request, v visit) {
+	names, err := wb.api.app.ClearWaiting(r.Context(), "an admin rejected every waiting request on the runners page")
+	if err != nil {
+		wb.internal(w, r, &v, "clear waiting requests", err)
+		return
+	}
+	msg := "No request was waiting."
+	if len(names) > 0 {
+		msg = fmt.Sprintf("Rejected %d waiting requests: %s. An RTE that registers again waits for approval anew.", len(names), strings.Join(names, ", "))
+	}
+	wb.sessions.setFlash(v.id, msg)
+	http.Redirect(w, r, "/runners", http.StatusSeeOther)
+}
+
 // jobsData is the Data of jobs.html.
 type jobsData struct {
 	Jobs    []webJob
