@@ -50,7 +50,15 @@
 //     is logged; a job's secrets live in memory (and, with a secret key, sealed in the store)
 //     until the runner has the job, sealed per dispatch with the runner's token, and secrets
 //     lost to a restart end the job instead of sending it bare.
+//   - Let a caller without a waiting request's token change that request, approve a
+//     certificate other than the one whose full SHA-256 the admin was given
+//     (ApproveCertificate), or tell a caller that proved nothing an approved runner's token
+//     fingerprint. Tokens are compared as digests, so their length does not show.
+//   - Give one source address more than MaxWaitingPerAddress waiting slots; ClearWaiting
+//     frees them all at once.
 //   - Ack a record before it is stored, or store a record of a job it did not give that runner.
+//     Such records, and anything but capacity from a runner not yet approved, are bad messages:
+//     past protocol.MaxBadMessages a minute the socket closes with 1008.
 //   - Start a job twice. A job.start that may have been lost is sent again only for a job the
 //     runner does not hold, and the RTE answers a repeat with job.accepted without running it.
 //   - Let two app nodes undo each other. A node serialises its own changes to runners and jobs
