@@ -68,8 +68,10 @@ func TestOutboundFloodOfStrayRecords(t *testing.T) {
 	if ce.Code != protocol.ClosePolicyViolation || !strings.Contains(ce.Text, "bad messages") {
 		t.Fatalf("closed with %d %q, want %d after too many bad messages", ce.Code, ce.Text, protocol.ClosePolicyViolation)
 	}
-	if errs < 1 || errs > protocol.MaxBadMessages {
-		t.Fatalf("%d error messages before the close, want 1 to %d", errs, protocol.MaxBadMessages)
+	// The close frame may overtake errors still queued (socket.Conn.Close writes beside the
+	// writer), so only the upper bound is certain.
+	if errs > protocol.MaxBadMessages {
+		t.Fatalf("%d error messages before the close, want at most %d", errs, protocol.MaxBadMessages)
 	}
 	if n := ta.logs.FilterMessage("runner sent records of a job the app did not give it; they are not stored or acked").Len(); n < 1 || n > 10 {
 		t.Fatalf("%d warning lines for %d stray records, want 1 to 10 (sampled)", n, sent)
