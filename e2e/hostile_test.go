@@ -301,3 +301,28 @@ func TestHostileReplayedStart(t *testing.T) {
 		t.Fatalf("once-2 ended %s, want success with its output; output:\n%s", status, out)
 	}
 }
+
+// TestHostileJobIDTransferMode: in transfer mode, where job directories live in the shared
+// cache under the RTE's own directory, job ids .. and . are refused before the cache is
+// touched, and the RTE's directory in the cache is still there.
+func TestHostileJobIDTransferMode(t *testing.T) {
+	dir := t.TempDir()
+	rte := startRTE(t, dir, freePort(t), "RTE_TOKEN="+testToken, "RTE_FILES=transfer")
+	a := welcomeRaw(t, rte)
+	owners, _ := filepath.Glob(filepath.Join(dir, "cache", "rtes", "*"))
+	if len(owners) == 0 {
+		t.Fatalf("no RTE directory in the cache at %s", filepath.Join(dir, "cache", "rtes"))
+	}
+	files := &protocol.JobFiles{Playbooks: protocol.BundleRef{Hash: "sha256:" + strings.Repeat("ab", 32), Size: 10}}
+	for _, id := range []string{"..", "."} {
+		send(t, a.ws, &protocol.JobStart{Job: id, Playbook: "site.yml", Files: files})
+		if e := a.errorFor(id); e.Code != protocol.ErrInvalid || !strings.Contains(e.Message, `and not "." or ".."`) {
+			t.Errorf("job %q in transfer mode: %+v, want invalid naming the rule", id, e)
+		}
+	}
+	for _, p := range append(owners, filepath.Join(dir, "cache"), filepath.Join(dir, "jobs", "plugins")) {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s is gone after the hostile starts: %v", p, err)
+		}
+	}
+}
