@@ -20,8 +20,9 @@ import (
 	"github.com/rte-project/rte/protocol"
 )
 
-// The behaviour every app.Store shares is tested once for all of them, in package app's
-// store_test.go. These tests cover what only a file has: persistence, sharing, the schema.
+// The behaviour every app.Store shares is tested once for all of them by package storetest
+// (run on this store from package app's store_test.go). These tests cover what only a file has:
+// persistence, sharing, the schema.
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
