@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"strings"
@@ -172,68 +171,18 @@ func TestOpenRefusals(t *testing.T) {
 	}
 }
 
-// proxy forwards loopback TCP connections to the server until cut, which closes every
-// connection and stops listening: the server going away, as a crash or a network cut looks to
-// the app.
-type proxy struct {
-	ln    net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
-	wg    sync.WaitGroup
-}
-
-func startProxy(t *testing.T, addr, target string) *proxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{ln: ln}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, up)
-			p.mu.Unlock()
-			p.wg.Add(2)
-			go func() { defer p.wg.Done(); _, _ = io.Copy(up, c); up.Close() }()
-			go func() { defer p.wg.Done(); _, _ = io.Copy(c, up); c.Close() }()
-		}
-	}()
-	t.Cleanup(p.cut)
-	return p
-}
-
-func (p *proxy) cut() {
-	p.ln.Close()
-	p.mu.Lock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-	p.mu.Unlock()
-	p.wg.Wait()
-}
-
 // TestServerGoesAway: calls on a store whose server went away fail at once, saying the server
 // does not answer, which is what the app logs and /ready shows; when the server is back, the
 // pool connects again and nothing stored was lost.
 func TestServerGoesAway(t *testing.T) {
 	url := newDatabase(t)
-	target := fmt.Sprintf("127.0.0.1:%d", server.Port)
-	p := startProxy(t, "127.0.0.1:0", target)
-	addr := p.ln.Addr().String()
-	s := open(t, strings.Replace(url, target, addr, 1))
+	p, err := server.Proxy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Cut)
+	addr := p.Addr
+	s := open(t, p.URL(url))
 	ctx := context.Background()
 	if err := s.CreateJob(ctx, &app.Job{ID: "j1", Runner: "r", State: app.JobRunning, CreatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
@@ -243,7 +192,7 @@ func TestServerGoesAway(t *testing.T) {
 		t.Fatalf("store through the proxy: %v, %v", heads, err)
 	}
 
-	p.cut()
+	p.Cut()
 	for _, call := range []struct {
 		name string
 		do   func() error
@@ -261,7 +210,9 @@ func TestServerGoesAway(t *testing.T) {
 		}
 	}
 
-	startProxy(t, addr, target) // the server is back, at the same address
+	if err := p.Resume(); err != nil { // the server is back, at the same address
+		t.Fatal(err)
+	}
 	heads, err := s.StoreRecords(ctx, []protocol.Record{rec})
 	if err != nil || heads["j1"] != 2 {
 		t.Fatalf("store after the server came back: %v, %v; want head 2", heads, err)
