@@ -411,29 +411,11 @@ func (s *Store) StoreRecords(ctx context.Context, recs []protocol.Record) (map[s
 	if len(recs) == 0 {
 		return heads, nil
 	}
-	// Per job, the batch's columns as arrays: one INSERT per job, however long the batch.
-	type cols struct {
-		seqs       []int64
-		kinds, ats []string
-		data       [][]byte
-	}
-	byJob := map[string]*cols{}
 	var ids []string
 	for _, r := range recs {
-		c := byJob[r.Job]
-		if c == nil {
-			c = &cols{}
-			byJob[r.Job] = c
+		if !slices.Contains(ids, r.Job) {
 			ids = append(ids, r.Job)
 		}
-		data := []byte(r.Data)
-		if data == nil {
-			data = []byte{}
-		}
-		c.seqs = append(c.seqs, r.Seq)
-		c.kinds = append(c.kinds, r.Kind)
-		c.ats = append(c.ats, stamp(r.At))
-		c.data = append(c.data, data)
 	}
 	ctx, cancel := call(ctx)
 	defer cancel()
@@ -454,14 +436,21 @@ func (s *Store) StoreRecords(ctx context.Context, recs []protocol.Record) (map[s
 			}
 		}
 		// ON CONFLICT DO NOTHING skips a seq already stored, and the second of two copies in
-		// the batch: the first copy stays. The head is the end of the run without a gap from
-		// last_seq: in that run, seq - row_number() is last_seq for every row.
+		// the batch: the first copy stays. One statement per record, pipelined in one round
+		// trip: with the data as a bytea[] (unnest), the server took five times longer for
+		// 64 KiB records.
 		b := &pgx.Batch{}
+		for _, r := range recs {
+			data := []byte(r.Data)
+			if data == nil {
+				data = []byte{}
+			}
+			b.Queue(`INSERT INTO records (job, seq, kind, at, data) VALUES ($1, $2, $3, $4, $5)
+				ON CONFLICT (job, seq) DO NOTHING`, r.Job, r.Seq, r.Kind, stamp(r.At), data)
+		}
+		// The head is the end of the run without a gap from last_seq: in that run,
+		// seq - row_number() is last_seq for every row.
 		for _, id := range ids {
-			c := byJob[id]
-			b.Queue(`INSERT INTO records (job, seq, kind, at, data)
-				SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::bytea[])
-				ON CONFLICT (job, seq) DO NOTHING`, id, c.seqs, c.kinds, c.ats, c.data)
 			b.Queue(`UPDATE jobs SET last_seq = COALESCE((
 					SELECT max(seq) FROM (
 						SELECT seq, seq - row_number() OVER (ORDER BY seq) AS base

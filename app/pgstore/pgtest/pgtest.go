@@ -132,7 +132,7 @@ func Start() (*Server, error) {
 	// fsync stays on: the benchmark compares commits made durable, as SQLite's are.
 	s.cmd = exec.Command(filepath.Join(bin, "postgres"), "-D", filepath.Join(dir, "data"),
 		"-k", filepath.Join(dir, "run"), "-h", "127.0.0.1", "-p", strconv.Itoa(s.Port),
-		"-c", "shared_buffers=32MB", "-c", "max_connections=200")
+		"-c", "max_connections=200")
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	if err := s.cmd.Start(); err != nil {
