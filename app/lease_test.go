@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -293,4 +294,50 @@ func TestSecretsLostAcrossNodes(t *testing.T) {
 	if end.Status != protocol.StatusError || !containsAll(end.Message, `app node "app-2"`, "APP_SECRET_KEY", "submit the job again") {
 		t.Fatalf("job ended %s %q, want error naming the node that held the secrets and the secret key", end.Status, end.Message)
 	}
+}
+
+// flakyStore is a store whose leases fail while down is set, as a database that went away.
+type flakyStore struct {
+	app.Store
+	down atomic.Bool
+}
+
+var errGone = errors.New("the database server does not answer")
+
+func (s *flakyStore) Leases(ctx context.Context) ([]app.Lease, error) {
+	if s.down.Load() {
+		return nil, errGone
+	}
+	return s.Store.Leases(ctx)
+}
+
+func (s *flakyStore) ClaimLeases(ctx context.Context, node, instance string, claims []app.LeaseClaim, now, expires time.Time) ([]app.Lease, error) {
+	if s.down.Load() {
+		return nil, errGone
+	}
+	return s.Store.ClaimLeases(ctx, node, instance, claims, now, expires)
+}
+
+// TestStoreTrouble: StoreTrouble says why the leases cannot be read while the store fails, and
+// is nil again once it works.
+func TestStoreTrouble(t *testing.T) {
+	store := &flakyStore{Store: app.NewMemoryStore()}
+	a, _ := node(t, store, "app-1", nil)
+	waitTrouble := func(want func(error) bool, what string) {
+		t.Helper()
+		deadline := time.Now().Add(waitLimit)
+		for !want(a.StoreTrouble()) {
+			if time.Now().After(deadline) {
+				t.Fatalf("StoreTrouble is %v, want %s within %s", a.StoreTrouble(), what, waitLimit)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if err := a.StoreTrouble(); err != nil {
+		t.Fatalf("StoreTrouble is %v with a working store, want nil", err)
+	}
+	store.down.Store(true)
+	waitTrouble(func(err error) bool { return errors.Is(err, errGone) && strings.Contains(err.Error(), "leases") }, "the store's error")
+	store.down.Store(false)
+	waitTrouble(func(err error) bool { return err == nil }, "nil")
 }
