@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rte-project/rte/app"
+	"github.com/rte-project/rte/app/internal/sqlrows"
 )
 
 // The leases of several app nodes sharing the database (app.Store.ClaimLeases). Each claim is
@@ -19,15 +20,13 @@ import (
 // when the WHERE leaves it alone, so the SELECT that follows, in the same transaction, reads
 // the lease exactly as it stands.
 
-const leaseColumns = `runner, node, instance, expires, connected, wake`
-
 func scanLease(row pgx.Row) (app.Lease, error) {
 	var l app.Lease
 	var expires string
 	if err := row.Scan(&l.Runner, &l.Node, &l.Instance, &expires, &l.Connected, &l.Wake); err != nil {
 		return l, err
 	}
-	t, err := unstamp(expires)
+	t, err := sqlrows.ParseTime(expires)
 	if err != nil {
 		return l, fmt.Errorf("lease of runner %q: stored time does not parse: %w", l.Runner, err)
 	}
@@ -59,17 +58,17 @@ func (s *Store) ClaimLeases(ctx context.Context, node, instance string, claims [
 		// (times are fixed-width text, so they compare as text; '' is before every time), or
 		// forced. The wake counter is kept.
 		for _, c := range sorted {
-			b.Queue(`INSERT INTO leases (`+leaseColumns+`) VALUES ($1, $2, $3, $4, $5, 0)
+			b.Queue(`INSERT INTO leases (`+sqlrows.LeaseColumns+`) VALUES ($1, $2, $3, $4, $5, 0)
 				ON CONFLICT (runner) DO UPDATE SET node = excluded.node, instance = excluded.instance,
 					expires = excluded.expires, connected = excluded.connected
 				WHERE leases.instance = '' OR leases.instance = excluded.instance
 					OR leases.expires <= $6 OR $7`,
-				c.Runner, node, instance, stamp(expires), c.Connected, stamp(now), c.Force)
+				c.Runner, node, instance, sqlrows.FormatTime(expires), c.Connected, sqlrows.FormatTime(now), c.Force)
 		}
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `SELECT `+leaseColumns+` FROM leases WHERE runner = ANY($1)`, runners)
+		rows, err := tx.Query(ctx, `SELECT `+sqlrows.LeaseColumns+` FROM leases WHERE runner = ANY($1)`, runners)
 		if err != nil {
 			return err
 		}
@@ -109,7 +108,7 @@ func (s *Store) ReleaseLeases(ctx context.Context, instance string, runners []st
 func (s *Store) Leases(ctx context.Context) ([]app.Lease, error) {
 	ctx, cancel := call(ctx)
 	defer cancel()
-	rows, err := s.pool.Query(ctx, `SELECT `+leaseColumns+` FROM leases ORDER BY runner`)
+	rows, err := s.pool.Query(ctx, `SELECT `+sqlrows.LeaseColumns+` FROM leases ORDER BY runner`)
 	if err != nil {
 		return nil, s.fail("list leases", err)
 	}
@@ -123,7 +122,7 @@ func (s *Store) Leases(ctx context.Context) ([]app.Lease, error) {
 func (s *Store) WakeHolder(ctx context.Context, runner string) error {
 	ctx, cancel := call(ctx)
 	defer cancel()
-	if _, err := s.pool.Exec(ctx, `INSERT INTO leases (`+leaseColumns+`) VALUES ($1, '', '', '', false, 1)
+	if _, err := s.pool.Exec(ctx, `INSERT INTO leases (`+sqlrows.LeaseColumns+`) VALUES ($1, '', '', '', false, 1)
 		ON CONFLICT (runner) DO UPDATE SET wake = leases.wake + 1`, runner); err != nil {
 		return s.fail(fmt.Sprintf("wake the holder of runner %q", runner), err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rte-project/rte/app"
+	"github.com/rte-project/rte/app/internal/sqlrows"
 	"github.com/rte-project/rte/protocol"
 )
 
@@ -36,10 +37,6 @@ const (
 // milliseconds; a call that takes this long has a server that went away, and failing it lets the
 // app give up the leases it can no longer renew instead of waiting on a dead TCP connection.
 const CallTimeout = 15 * time.Second
-
-// timeLayout is RFC 3339 with all nine fraction digits, always UTC: fixed width, so times sort
-// as text, and exact to the nanosecond.
-const timeLayout = "2006-01-02T15:04:05.000000000Z07:00"
 
 // Store is an app.Store on one PostgreSQL database. It is safe for concurrent use, and any
 // number of processes on any hosts may share the database.
@@ -126,29 +123,7 @@ func (s *Store) fail(op string, err error) error {
 	return fmt.Errorf("%s: %w", op, err)
 }
 
-func stamp(t time.Time) string {
-	if t.IsZero() {
-		return ""
-	}
-	return t.UTC().Format(timeLayout)
-}
-
-// unstamp reads a time stamp wrote; "" is the zero time.
-func unstamp(v string) (time.Time, error) {
-	if v == "" {
-		return time.Time{}, nil
-	}
-	return time.Parse(time.RFC3339Nano, v)
-}
-
-// notFound wraps app.ErrNotFound, naming what was looked for.
-func notFound(what, name string) error { return fmt.Errorf("%s %q: %w", what, name, app.ErrNotFound) }
-
 // ---- runners
-
-const runnerColumns = `name, url, mode, files, state, token, token_fingerprint, certificate,
-	pending_certificate, certificate_sha256, version, max_jobs, remote_addr, requested_at,
-	approved_at, last_seen, seeded`
 
 func scanRunner(row pgx.Row) (*app.Runner, error) {
 	var r app.Runner
@@ -161,7 +136,7 @@ func scanRunner(row pgx.Row) (*app.Runner, error) {
 	}
 	r.State = app.State(state)
 	for i, dst := range []*time.Time{&r.RequestedAt, &r.ApprovedAt, &r.LastSeen} {
-		t, err := unstamp(times[i])
+		t, err := sqlrows.ParseTime(times[i])
 		if err != nil {
 			return nil, fmt.Errorf("runner %q: stored time does not parse: %w", r.Name, err)
 		}
@@ -173,9 +148,9 @@ func scanRunner(row pgx.Row) (*app.Runner, error) {
 func (s *Store) GetRunner(ctx context.Context, name string) (*app.Runner, error) {
 	ctx, cancel := call(ctx)
 	defer cancel()
-	r, err := scanRunner(s.pool.QueryRow(ctx, `SELECT `+runnerColumns+` FROM runners WHERE name = $1`, name))
+	r, err := scanRunner(s.pool.QueryRow(ctx, `SELECT `+sqlrows.RunnerColumns+` FROM runners WHERE name = $1`, name))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, notFound("runner", name)
+		return nil, sqlrows.NotFound("runner", name)
 	}
 	if err != nil {
 		return nil, s.fail(fmt.Sprintf("get runner %q", name), err)
@@ -189,19 +164,11 @@ func (s *Store) PutRunner(ctx context.Context, r *app.Runner) error {
 	}
 	ctx, cancel := call(ctx)
 	defer cancel()
-	_, err := s.pool.Exec(ctx, `INSERT INTO runners (`+runnerColumns+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
-		ON CONFLICT (name) DO UPDATE SET url = excluded.url, mode = excluded.mode,
-			files = excluded.files, state = excluded.state, token = excluded.token,
-			token_fingerprint = excluded.token_fingerprint, certificate = excluded.certificate,
-			pending_certificate = excluded.pending_certificate,
-			certificate_sha256 = excluded.certificate_sha256, version = excluded.version,
-			max_jobs = excluded.max_jobs, remote_addr = excluded.remote_addr,
-			requested_at = excluded.requested_at, approved_at = excluded.approved_at,
-			last_seen = excluded.last_seen, seeded = excluded.seeded`,
+	_, err := s.pool.Exec(ctx, `INSERT INTO runners (`+sqlrows.RunnerColumns+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) `+sqlrows.RunnerUpsert,
 		r.Name, r.URL, r.Mode, r.Files, string(r.State), r.Token, r.TokenFingerprint,
 		r.Certificate, r.PendingCertificate, r.CertificateSHA256, r.Version, r.MaxJobs,
-		r.RemoteAddr, stamp(r.RequestedAt), stamp(r.ApprovedAt), stamp(r.LastSeen), r.Seeded)
+		r.RemoteAddr, sqlrows.FormatTime(r.RequestedAt), sqlrows.FormatTime(r.ApprovedAt), sqlrows.FormatTime(r.LastSeen), r.Seeded)
 	if err != nil {
 		return s.fail(fmt.Sprintf("put runner %q", r.Name), err)
 	}
@@ -216,7 +183,7 @@ func (s *Store) DeleteRunner(ctx context.Context, name string) error {
 		return s.fail(fmt.Sprintf("delete runner %q", name), err)
 	}
 	if tag.RowsAffected() == 0 {
-		return notFound("runner", name)
+		return sqlrows.NotFound("runner", name)
 	}
 	return nil
 }
@@ -224,7 +191,7 @@ func (s *Store) DeleteRunner(ctx context.Context, name string) error {
 func (s *Store) ListRunners(ctx context.Context) ([]*app.Runner, error) {
 	ctx, cancel := call(ctx)
 	defer cancel()
-	rows, err := s.pool.Query(ctx, `SELECT `+runnerColumns+` FROM runners ORDER BY name`)
+	rows, err := s.pool.Query(ctx, `SELECT `+sqlrows.RunnerColumns+` FROM runners ORDER BY name`)
 	if err != nil {
 		return nil, s.fail("list runners", err)
 	}
@@ -237,10 +204,7 @@ func (s *Store) ListRunners(ctx context.Context) ([]*app.Runner, error) {
 
 // ---- jobs
 
-const jobColumns = `id, runner, start, secret_names, state, cancel_requested, status, exit_code,
-	message, created_at, dispatched_at, started_at, ended_at, submit_node, sealed_secrets, last_seq`
-
-// jobArgs are the values of every job column but last_seq, in jobColumns' order, as $1..$15.
+// jobArgs are the values of every job column but last_seq, in sqlrows.JobColumns' order, as $1..$15.
 // The secrets in clear are never stored, and sealed ones only while the job is queued or
 // dispatched (app.Store.UpdateJob).
 func jobArgs(j *app.Job) ([]any, error) {
@@ -259,8 +223,8 @@ func jobArgs(j *app.Job) ([]any, error) {
 		sealed = j.SealedSecrets
 	}
 	return []any{j.ID, j.Runner, string(startJSON), names, string(j.State), j.CancelRequested,
-		j.Status, j.ExitCode, j.Message, stamp(j.CreatedAt), stamp(j.DispatchedAt),
-		stamp(j.StartedAt), stamp(j.EndedAt), j.SubmitNode, sealed}, nil
+		j.Status, j.ExitCode, j.Message, sqlrows.FormatTime(j.CreatedAt), sqlrows.FormatTime(j.DispatchedAt),
+		sqlrows.FormatTime(j.StartedAt), sqlrows.FormatTime(j.EndedAt), j.SubmitNode, sealed}, nil
 }
 
 func scanJob(row pgx.Row) (*app.Job, error) {
@@ -283,7 +247,7 @@ func scanJob(row pgx.Row) (*app.Job, error) {
 		j.SealedSecrets = nil
 	}
 	for i, dst := range []*time.Time{&j.CreatedAt, &j.DispatchedAt, &j.StartedAt, &j.EndedAt} {
-		t, err := unstamp(times[i])
+		t, err := sqlrows.ParseTime(times[i])
 		if err != nil {
 			return nil, fmt.Errorf("job %q: stored time does not parse: %w", j.ID, err)
 		}
@@ -302,7 +266,7 @@ func (s *Store) CreateJob(ctx context.Context, j *app.Job) error {
 	}
 	ctx, cancel := call(ctx)
 	defer cancel()
-	tag, err := s.pool.Exec(ctx, `INSERT INTO jobs (`+jobColumns+`)
+	tag, err := s.pool.Exec(ctx, `INSERT INTO jobs (`+sqlrows.JobColumns+`)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, 0)
 		ON CONFLICT (id) DO NOTHING`, args...)
 	if err != nil {
@@ -317,9 +281,9 @@ func (s *Store) CreateJob(ctx context.Context, j *app.Job) error {
 func (s *Store) GetJob(ctx context.Context, id string) (*app.Job, error) {
 	ctx, cancel := call(ctx)
 	defer cancel()
-	j, err := scanJob(s.pool.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = $1`, id))
+	j, err := scanJob(s.pool.QueryRow(ctx, `SELECT `+sqlrows.JobColumns+` FROM jobs WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, notFound("job", id)
+		return nil, sqlrows.NotFound("job", id)
 	}
 	if err != nil {
 		return nil, s.fail(fmt.Sprintf("get job %q", id), err)
@@ -355,7 +319,7 @@ func (s *Store) UpdateJob(ctx context.Context, j *app.Job) error {
 	err = s.pool.QueryRow(ctx, `SELECT state FROM jobs WHERE id = $1`, j.ID).Scan(&state)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return notFound("job", j.ID)
+		return sqlrows.NotFound("job", j.ID)
 	case err != nil:
 		return s.fail(fmt.Sprintf("update job %q", j.ID), err)
 	}
@@ -377,7 +341,7 @@ func (s *Store) ListJobs(ctx context.Context, f app.JobFilter) ([]*app.Job, erro
 		args = append(args, states)
 		where = append(where, fmt.Sprintf("state = ANY($%d)", len(args)))
 	}
-	q := `SELECT ` + jobColumns + ` FROM jobs`
+	q := `SELECT ` + sqlrows.JobColumns + ` FROM jobs`
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -431,7 +395,7 @@ func (s *Store) StoreRecords(ctx context.Context, recs []protocol.Record) (map[s
 		if len(found) < len(ids) {
 			for _, id := range ids {
 				if !slices.Contains(found, id) {
-					return notFound("job", id)
+					return sqlrows.NotFound("job", id)
 				}
 			}
 		}
@@ -446,7 +410,7 @@ func (s *Store) StoreRecords(ctx context.Context, recs []protocol.Record) (map[s
 				data = []byte{}
 			}
 			b.Queue(`INSERT INTO records (job, seq, kind, at, data) VALUES ($1, $2, $3, $4, $5)
-				ON CONFLICT (job, seq) DO NOTHING`, r.Job, r.Seq, r.Kind, stamp(r.At), data)
+				ON CONFLICT (job, seq) DO NOTHING`, r.Job, r.Seq, r.Kind, sqlrows.FormatTime(r.At), data)
 		}
 		// The head is the end of the run without a gap from last_seq: in that run,
 		// seq - row_number() is last_seq for every row.
@@ -482,7 +446,7 @@ func (s *Store) Records(ctx context.Context, job string, after int64, limit int)
 	var last int64
 	err := s.pool.QueryRow(ctx, `SELECT last_seq FROM jobs WHERE id = $1`, job).Scan(&last)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("records: %w", notFound("job", job))
+		return nil, fmt.Errorf("records: %w", sqlrows.NotFound("job", job))
 	}
 	if err != nil {
 		return nil, s.fail(fmt.Sprintf("records of job %q", job), err)
@@ -504,7 +468,7 @@ func (s *Store) Records(ctx context.Context, job string, after int64, limit int)
 			return r, err
 		}
 		var err error
-		if r.At, err = unstamp(at); err != nil {
+		if r.At, err = sqlrows.ParseTime(at); err != nil {
 			return r, fmt.Errorf("record %d: stored time does not parse: %w", r.Seq, err)
 		}
 		r.Data = data
