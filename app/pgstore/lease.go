@@ -20,20 +20,6 @@ import (
 // when the WHERE leaves it alone, so the SELECT that follows, in the same transaction, reads
 // the lease exactly as it stands.
 
-func scanLease(row pgx.Row) (app.Lease, error) {
-	var l app.Lease
-	var expires string
-	if err := row.Scan(&l.Runner, &l.Node, &l.Instance, &expires, &l.Connected, &l.Wake); err != nil {
-		return l, err
-	}
-	t, err := sqlrows.ParseTime(expires)
-	if err != nil {
-		return l, fmt.Errorf("lease of runner %q: stored time does not parse: %w", l.Runner, err)
-	}
-	l.Expires = t
-	return l, nil
-}
-
 func (s *Store) ClaimLeases(ctx context.Context, node, instance string, claims []app.LeaseClaim, now, expires time.Time) ([]app.Lease, error) {
 	if node == "" || instance == "" {
 		return nil, fmt.Errorf("claim leases: node and instance are required")
@@ -72,7 +58,7 @@ func (s *Store) ClaimLeases(ctx context.Context, node, instance string, claims [
 		if err != nil {
 			return err
 		}
-		got, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (app.Lease, error) { return scanLease(row) })
+		got, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (app.Lease, error) { return sqlrows.ScanLease(row) })
 		if err != nil {
 			return err
 		}
@@ -112,7 +98,7 @@ func (s *Store) Leases(ctx context.Context) ([]app.Lease, error) {
 	if err != nil {
 		return nil, s.fail("list leases", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (app.Lease, error) { return scanLease(row) })
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (app.Lease, error) { return sqlrows.ScanLease(row) })
 	if err != nil {
 		return nil, s.fail("list leases", err)
 	}

@@ -14,20 +14,6 @@ import (
 // compare-and-set inside one write transaction; _txlock=immediate takes the write lock at BEGIN,
 // so two processes claiming at once are serialised by SQLite, not raced.
 
-func scanLease(row scanner) (app.Lease, error) {
-	var l app.Lease
-	var expires string
-	if err := row.Scan(&l.Runner, &l.Node, &l.Instance, &expires, &l.Connected, &l.Wake); err != nil {
-		return l, err
-	}
-	t, err := sqlrows.ParseTime(expires)
-	if err != nil {
-		return l, fmt.Errorf("lease of runner %q: stored time does not parse: %w", l.Runner, err)
-	}
-	l.Expires = t
-	return l, nil
-}
-
 func (s *Store) ClaimLeases(ctx context.Context, node, instance string, claims []app.LeaseClaim, now, expires time.Time) ([]app.Lease, error) {
 	if node == "" || instance == "" {
 		return nil, fmt.Errorf("claim leases: node and instance are required")
@@ -62,7 +48,7 @@ func (s *Store) ClaimLeases(ctx context.Context, node, instance string, claims [
 		if _, err := claim.ExecContext(ctx, c.Runner, node, instance, sqlrows.FormatTime(expires), c.Connected, sqlrows.FormatTime(now), c.Force); err != nil {
 			return nil, fmt.Errorf("claim lease of runner %q: %w", c.Runner, err)
 		}
-		l, err := scanLease(read.QueryRowContext(ctx, c.Runner))
+		l, err := sqlrows.ScanLease(read.QueryRowContext(ctx, c.Runner))
 		if err != nil {
 			return nil, fmt.Errorf("claim lease of runner %q: %w", c.Runner, err)
 		}
@@ -102,7 +88,7 @@ func (s *Store) Leases(ctx context.Context) ([]app.Lease, error) {
 	defer rows.Close()
 	var out []app.Lease
 	for rows.Next() {
-		l, err := scanLease(rows)
+		l, err := sqlrows.ScanLease(rows)
 		if err != nil {
 			return nil, fmt.Errorf("list leases: %w", err)
 		}

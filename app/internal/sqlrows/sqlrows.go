@@ -55,3 +55,21 @@ const RunnerUpsert = `ON CONFLICT (name) DO UPDATE SET url = excluded.url, mode 
 	max_jobs = excluded.max_jobs, remote_addr = excluded.remote_addr,
 	requested_at = excluded.requested_at, approved_at = excluded.approved_at,
 	last_seen = excluded.last_seen, seeded = excluded.seeded`
+
+// Scanner is a row of either store's driver (*sql.Row, *sql.Rows, pgx.Row).
+type Scanner interface{ Scan(dest ...any) error }
+
+// ScanLease reads a row of LeaseColumns.
+func ScanLease(row Scanner) (app.Lease, error) {
+	var l app.Lease
+	var expires string
+	if err := row.Scan(&l.Runner, &l.Node, &l.Instance, &expires, &l.Connected, &l.Wake); err != nil {
+		return l, err
+	}
+	t, err := ParseTime(expires)
+	if err != nil {
+		return l, fmt.Errorf("lease of runner %q: stored time does not parse: %w", l.Runner, err)
+	}
+	l.Expires = t
+	return l, nil
+}
