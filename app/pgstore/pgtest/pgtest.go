@@ -32,14 +32,13 @@ import (
 // ErrMissing is wrapped by Start when the PostgreSQL binaries are not installed.
 var ErrMissing = errors.New("PostgreSQL server binaries not found")
 
-// BinDirs are where Start looks for initdb and postgres, in order: $RTE_PG_BIN when set, then
+// BinDirs are where Start looks for initdb and postgres: $RTE_PG_BIN alone when set, else
 // Debian's postgresql-15 package.
 func BinDirs() []string {
-	dirs := []string{"/usr/lib/postgresql/15/bin"}
 	if d := os.Getenv("RTE_PG_BIN"); d != "" {
-		dirs = append([]string{d}, dirs...)
+		return []string{d}
 	}
-	return dirs
+	return []string{"/usr/lib/postgresql/15/bin"}
 }
 
 // Server is one running PostgreSQL server.
