@@ -25,7 +25,8 @@
 // after that transaction returned, so an acked record is durable and none is stored twice. The
 // welcome of every socket carries, per spooled job, the seq the store holds, so the runner
 // resends only what is missing. Store is the interface a backend implements: NewMemoryStore
-// here, and package sqlitestore on a file.
+// here, package sqlitestore on a file, package pgstore on PostgreSQL; package storetest is the
+// conformance suite every store passes.
 //
 // Several app nodes may share one store (lease.go, docs/app-nodes.md). Each runner's socket is
 // held by one node at a time, named by the runner's lease in the store: inbound, only the

@@ -85,6 +85,7 @@ type leaseBook struct {
 	outbound  map[string]int       // runners with an outbound socket served here -> sockets
 	lastClaim time.Time            // Config.Now of the last round that reached the store
 	failing   bool                 // the last read or claim failed; logged once until it works
+	trouble   error                // what failed, while failing (StoreTrouble)
 
 	// watched is, per job someone Watches, what the store said at the last look; only
 	// keepLeases uses it.
@@ -364,6 +365,7 @@ func (a *App) leaseTrouble(what string, err error) {
 	a.leases.mu.Lock()
 	first := !a.leases.failing
 	a.leases.failing = true
+	a.leases.trouble = fmt.Errorf("could not %s: %w", what, err)
 	a.leases.mu.Unlock()
 	if first {
 		a.log.Error("could not "+what+"; trying again every lease poll, quietly until it works", zap.Error(err))
@@ -374,10 +376,22 @@ func (a *App) leaseWorks() {
 	a.leases.mu.Lock()
 	was := a.leases.failing
 	a.leases.failing = false
+	a.leases.trouble = nil
 	a.leases.mu.Unlock()
 	if was {
 		a.log.Info("the runners' leases can be read and claimed again")
 	}
+}
+
+// StoreTrouble says why this App's last read or claim of the runners' leases failed, or
+// returns nil while they work. Run reads and claims them every LeasePoll, so it reflects the
+// store within about that. While it is not nil the node gives up every lease it could not
+// renew once it expires, and with it those runners' sockets (docs/app-nodes.md): a readiness
+// probe should report the node not ready.
+func (a *App) StoreTrouble() error {
+	a.leases.mu.Lock()
+	defer a.leases.mu.Unlock()
+	return a.leases.trouble
 }
 
 // releaseLeases frees every lease this App holds, so other nodes take its runners at once

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,136 +16,6 @@ import (
 	"github.com/rte-project/rte/app/sqlitestore"
 	"github.com/rte-project/rte/protocol"
 )
-
-// TestStoreLeases is the lease contract every store keeps: a claim is a compare-and-set that
-// wins a free, own or expired lease (or any, forced), keeps the Wake, and a release frees only
-// the releaser's leases.
-func TestStoreLeases(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s app.Store) {
-		ctx := context.Background()
-		ttl := 10 * time.Second
-		claim := func(node, inst string, now time.Time, claims ...app.LeaseClaim) []app.Lease {
-			t.Helper()
-			got, err := s.ClaimLeases(ctx, node, inst, claims, now, now.Add(ttl))
-			if err != nil {
-				t.Fatalf("%s claims %v: %v", node, claims, err)
-			}
-			if len(got) != len(claims) {
-				t.Fatalf("%s claimed %d leases and got %d back", node, len(claims), len(got))
-			}
-			return got
-		}
-		holder := func(l app.Lease) string { return l.Node + "/" + l.Instance }
-
-		got := claim("app-1", "a", t0, app.LeaseClaim{Runner: "r1"}, app.LeaseClaim{Runner: "r2", Connected: true})
-		if holder(got[0]) != "app-1/a" || holder(got[1]) != "app-1/a" || got[0].Connected || !got[1].Connected || !got[1].Expires.Equal(t0.Add(ttl)) {
-			t.Fatalf("first claims gave %+v, want both held by app-1/a until %s, r2 connected", got, t0.Add(ttl))
-		}
-		if got := claim("app-2", "b", t0.Add(5*time.Second), app.LeaseClaim{Runner: "r1"}); holder(got[0]) != "app-1/a" || !got[0].Expires.Equal(t0.Add(ttl)) {
-			t.Fatalf("a claim on a live lease gave %+v, want it left with app-1/a", got[0])
-		}
-		for range 2 {
-			if err := s.WakeHolder(ctx, "r1"); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if got := claim("app-1", "a", t0.Add(5*time.Second), app.LeaseClaim{Runner: "r1", Connected: true}); holder(got[0]) != "app-1/a" || got[0].Wake != 2 || !got[0].Expires.Equal(t0.Add(15*time.Second)) || !got[0].Connected {
-			t.Fatalf("a renewal gave %+v, want app-1/a until +15s, connected, with Wake 2 kept", got[0])
-		}
-		if got := claim("app-2", "b", t0.Add(15*time.Second), app.LeaseClaim{Runner: "r1"}); holder(got[0]) != "app-2/b" || got[0].Wake != 2 || got[0].Connected {
-			t.Fatalf("a claim after expiry gave %+v, want app-2/b with Wake 2, not connected", got[0])
-		}
-		if got := claim("app-1", "a", t0.Add(16*time.Second), app.LeaseClaim{Runner: "r1"}); holder(got[0]) != "app-2/b" {
-			t.Fatalf("a renewal of a lost lease gave %+v, want it left with app-2/b", got[0])
-		}
-		if got := claim("app-1", "a2", t0.Add(16*time.Second), app.LeaseClaim{Runner: "r1", Force: true}); holder(got[0]) != "app-1/a2" {
-			t.Fatalf("a forced claim gave %+v, want app-1/a2", got[0])
-		}
-
-		// A release frees only the releaser's leases.
-		if err := s.ReleaseLeases(ctx, "b", nil); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.ReleaseLeases(ctx, "a", []string{"r2"}); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.WakeHolder(ctx, "r9"); err != nil {
-			t.Fatal(err)
-		}
-		all, err := s.Leases(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := []app.Lease{
-			{Runner: "r1", Node: "app-1", Instance: "a2", Expires: t0.Add(26 * time.Second), Wake: 2},
-			{Runner: "r2"},
-			{Runner: "r9", Wake: 1},
-		}
-		for i := range all {
-			all[i].Expires = all[i].Expires.UTC()
-		}
-		if !reflect.DeepEqual(all, want) {
-			t.Fatalf("leases after the releases:\n%+v\nwant\n%+v", all, want)
-		}
-		if got := claim("app-2", "b", t0, app.LeaseClaim{Runner: "r2"}); holder(got[0]) != "app-2/b" {
-			t.Fatalf("a claim of a released lease gave %+v, want app-2/b", got[0])
-		}
-		if _, err := s.ClaimLeases(ctx, "", "", []app.LeaseClaim{{Runner: "r1"}}, t0, t0); err == nil {
-			t.Error("a claim without node and instance was taken")
-		}
-	})
-}
-
-// TestStoreUpdateJobAcrossNodes: the rules that keep one app node from undoing another's change
-// when both work from their own reads.
-func TestStoreUpdateJobAcrossNodes(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s app.Store) {
-		ctx := context.Background()
-		j := newJob("j1", "rte01", t0)
-		j.SecretNames = []string{"vault_password"}
-		j.SealedSecrets = map[string]string{"vault_password": "v1:c2VhbGVk"}
-		j.SubmitNode = "app-2"
-		mustCreate(t, s, j)
-		got, err := s.GetJob(ctx, "j1")
-		if err != nil || got.SubmitNode != "app-2" || !reflect.DeepEqual(got.SealedSecrets, j.SealedSecrets) {
-			t.Fatalf("job read back as %+v (%v), want its submit node and sealed secrets", got, err)
-		}
-
-		got.State = app.JobDispatched
-		if err := s.UpdateJob(ctx, got); err != nil {
-			t.Fatal(err)
-		}
-		if got, _ = s.GetJob(ctx, "j1"); got.SealedSecrets == nil {
-			t.Fatal("sealed secrets were dropped from a dispatched job, whose job.start may be sent again")
-		}
-		canceled := got.Clone()
-		canceled.CancelRequested = true
-		if err := s.UpdateJob(ctx, canceled); err != nil {
-			t.Fatal(err)
-		}
-		stale := got.Clone() // read before the cancel, by another node
-		stale.State = app.JobRunning
-		if err := s.UpdateJob(ctx, stale); err != nil {
-			t.Fatal(err)
-		}
-		got, _ = s.GetJob(ctx, "j1")
-		if !got.CancelRequested || got.SealedSecrets != nil || got.State != app.JobRunning {
-			t.Fatalf("after a stale update: %+v; want the cancel kept, the sealed secrets gone, running", got)
-		}
-
-		got.State, got.Status = app.JobEnded, protocol.StatusCanceled
-		if err := s.UpdateJob(ctx, got); err != nil {
-			t.Fatal(err)
-		}
-		stale.State = app.JobDispatched
-		if err := s.UpdateJob(ctx, stale); !errors.Is(err, app.ErrJobEnded) {
-			t.Fatalf("updating an ended job got %v, want ErrJobEnded", err)
-		}
-		if got, _ = s.GetJob(ctx, "j1"); got.State != app.JobEnded || got.Status != protocol.StatusCanceled {
-			t.Fatalf("the ended job became %s %s", got.State, got.Status)
-		}
-	})
-}
 
 // sharedFile opens n stores on one SQLite file, as n rte-app processes would.
 func sharedFile(t *testing.T, n int) (path string, stores []app.Store) {
@@ -423,4 +294,50 @@ func TestSecretsLostAcrossNodes(t *testing.T) {
 	if end.Status != protocol.StatusError || !containsAll(end.Message, `app node "app-2"`, "APP_SECRET_KEY", "submit the job again") {
 		t.Fatalf("job ended %s %q, want error naming the node that held the secrets and the secret key", end.Status, end.Message)
 	}
+}
+
+// flakyStore is a store whose leases fail while down is set, as a database that went away.
+type flakyStore struct {
+	app.Store
+	down atomic.Bool
+}
+
+var errGone = errors.New("the database server does not answer")
+
+func (s *flakyStore) Leases(ctx context.Context) ([]app.Lease, error) {
+	if s.down.Load() {
+		return nil, errGone
+	}
+	return s.Store.Leases(ctx)
+}
+
+func (s *flakyStore) ClaimLeases(ctx context.Context, node, instance string, claims []app.LeaseClaim, now, expires time.Time) ([]app.Lease, error) {
+	if s.down.Load() {
+		return nil, errGone
+	}
+	return s.Store.ClaimLeases(ctx, node, instance, claims, now, expires)
+}
+
+// TestStoreTrouble: StoreTrouble says why the leases cannot be read while the store fails, and
+// is nil again once it works.
+func TestStoreTrouble(t *testing.T) {
+	store := &flakyStore{Store: app.NewMemoryStore()}
+	a, _ := node(t, store, "app-1", nil)
+	waitTrouble := func(want func(error) bool, what string) {
+		t.Helper()
+		deadline := time.Now().Add(waitLimit)
+		for !want(a.StoreTrouble()) {
+			if time.Now().After(deadline) {
+				t.Fatalf("StoreTrouble is %v, want %s within %s", a.StoreTrouble(), what, waitLimit)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if err := a.StoreTrouble(); err != nil {
+		t.Fatalf("StoreTrouble is %v with a working store, want nil", err)
+	}
+	store.down.Store(true)
+	waitTrouble(func(err error) bool { return errors.Is(err, errGone) && strings.Contains(err.Error(), "leases") }, "the store's error")
+	store.down.Store(false)
+	waitTrouble(func(err error) bool { return err == nil }, "nil")
 }

@@ -29,8 +29,8 @@ var ErrExists = errors.New("already exists")
 // sealed secrets outlive neither. Leases (ClaimLeases) decide which node holds each runner's
 // socket.
 //
-// The memory store (NewMemoryStore) and package sqlitestore implement it; both pass the same
-// test suite.
+// The memory store (NewMemoryStore), package sqlitestore and package pgstore implement it;
+// all pass the same conformance suite, package storetest, which a new store runs too.
 type Store interface {
 	// GetRunner returns the named runner, or an error wrapping ErrNotFound.
 	GetRunner(ctx context.Context, name string) (*Runner, error)

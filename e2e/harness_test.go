@@ -32,6 +32,7 @@ func TestMain(m *testing.M) {
 	binDir = dir
 	code := func() int {
 		defer os.RemoveAll(dir)
+		defer stopPostgres() // pgstore_test.go
 		for _, pkg := range []string{"rte", "rte-app"} {
 			args := []string{"build", "-o", filepath.Join(dir, pkg)}
 			if raceEnabled {

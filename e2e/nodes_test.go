@@ -315,10 +315,19 @@ func runnerOn(t *testing.T, ref *refApp, name string) string {
 // TestNodesServeKilled: two `rte-app serve` processes on one SQLite file. The one holding the
 // inbound RTE's socket is killed (SIGKILL, so it frees nothing) while a job prints; the other
 // takes the lease once it expires, dials, the RTE resends, and the job's output is stored once.
-func TestNodesServeKilled(t *testing.T) {
-	db := filepath.Join(t.TempDir(), "app.db")
+func TestNodesServeKilled(t *testing.T) { nodesServeKilled(t, filepath.Join(t.TempDir(), "app.db")) }
+
+// nodesServeKilled is TestNodesServeKilled on the store APP_DB names (a file or a URL).
+func nodesServeKilled(t *testing.T, db string) {
 	a := startRefApp(t, "APP_DB="+db, "APP_NODE=e2e-node-a", "RTE_JOIN_TOKEN="+joinToken)
 	b := startRefApp(t, "APP_DB="+db, "APP_NODE=e2e-node-b", "RTE_JOIN_TOKEN="+joinToken)
+	nodesTakeover(t, a, b, "killed", func(victim string) { _ = syscall.Kill(-refAppPID(t, victim), syscall.SIGKILL) })
+}
+
+// nodesTakeover has a and b (APP_NODE e2e-node-a and e2e-node-b) share an inbound RTE while a
+// job prints, does fault to the node holding its socket, and checks that the other took over
+// and that the job's output was stored once.
+func nodesTakeover(t *testing.T, a, b *refApp, what string, fault func(victim string)) {
 	const name = "rte-serve-killed"
 	testdata, _ := filepath.Abs("testdata")
 	port := freePort(t)
@@ -369,11 +378,11 @@ func TestNodesServeKilled(t *testing.T) {
 	time.Sleep(2 * time.Second) // a few batches reach the node about to die
 
 	mark := rte.Mark()
-	_ = syscall.Kill(-refAppPID(t, victim), syscall.SIGKILL)
+	fault(victim)
 	killed := time.Now()
 	rte.WaitLogMatch(mark, "welcomed", time.Minute, func(l map[string]any) bool { return l["node"] != victim })
-	t.Logf("the surviving node dialled the RTE %s after %s was killed (lease TTL %s)",
-		time.Since(killed).Round(time.Millisecond), victim, app.DefaultLeaseTTL)
+	t.Logf("the surviving node dialled the RTE %s after %s was %s (lease TTL %s)",
+		time.Since(killed).Round(time.Millisecond), victim, what, app.DefaultLeaseTTL)
 
 	for deadline := time.Now().Add(3 * time.Minute); job.State != "ended"; readJob() {
 		if time.Now().After(deadline) {

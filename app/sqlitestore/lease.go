@@ -7,27 +7,12 @@ import (
 	"time"
 
 	"github.com/rte-project/rte/app"
+	"github.com/rte-project/rte/app/internal/sqlrows"
 )
 
 // The leases of several app nodes sharing this file (app.Store.ClaimLeases). Each claim is a
 // compare-and-set inside one write transaction; _txlock=immediate takes the write lock at BEGIN,
 // so two processes claiming at once are serialised by SQLite, not raced.
-
-const leaseColumns = `runner, node, instance, expires, connected, wake`
-
-func scanLease(row scanner) (app.Lease, error) {
-	var l app.Lease
-	var expires string
-	if err := row.Scan(&l.Runner, &l.Node, &l.Instance, &expires, &l.Connected, &l.Wake); err != nil {
-		return l, err
-	}
-	t, err := parseTime(expires)
-	if err != nil {
-		return l, fmt.Errorf("lease of runner %q: stored time does not parse: %w", l.Runner, err)
-	}
-	l.Expires = t
-	return l, nil
-}
 
 func (s *Store) ClaimLeases(ctx context.Context, node, instance string, claims []app.LeaseClaim, now, expires time.Time) ([]app.Lease, error) {
 	if node == "" || instance == "" {
@@ -45,7 +30,7 @@ func (s *Store) ClaimLeases(ctx context.Context, node, instance string, claims [
 	defer func() { _ = tx.Rollback() }()
 	// A lease is won when it is free (instance ''), this instance's own, expired at now (times
 	// are fixed-width text, so they compare as text; '' is before every time), or forced.
-	claim, err := tx.PrepareContext(ctx, `INSERT INTO leases (`+leaseColumns+`) VALUES (?, ?, ?, ?, ?, 0)
+	claim, err := tx.PrepareContext(ctx, `INSERT INTO leases (`+sqlrows.LeaseColumns+`) VALUES (?, ?, ?, ?, ?, 0)
 		ON CONFLICT (runner) DO UPDATE SET node = excluded.node, instance = excluded.instance,
 			expires = excluded.expires, connected = excluded.connected
 		WHERE leases.instance = '' OR leases.instance = excluded.instance OR leases.expires <= ? OR ?`)
@@ -53,17 +38,17 @@ func (s *Store) ClaimLeases(ctx context.Context, node, instance string, claims [
 		return nil, fmt.Errorf("claim leases: %w", err)
 	}
 	defer claim.Close()
-	read, err := tx.PrepareContext(ctx, `SELECT `+leaseColumns+` FROM leases WHERE runner = ?`)
+	read, err := tx.PrepareContext(ctx, `SELECT `+sqlrows.LeaseColumns+` FROM leases WHERE runner = ?`)
 	if err != nil {
 		return nil, fmt.Errorf("claim leases: %w", err)
 	}
 	defer read.Close()
 	out := make([]app.Lease, 0, len(claims))
 	for _, c := range claims {
-		if _, err := claim.ExecContext(ctx, c.Runner, node, instance, formatTime(expires), c.Connected, formatTime(now), c.Force); err != nil {
+		if _, err := claim.ExecContext(ctx, c.Runner, node, instance, sqlrows.FormatTime(expires), c.Connected, sqlrows.FormatTime(now), c.Force); err != nil {
 			return nil, fmt.Errorf("claim lease of runner %q: %w", c.Runner, err)
 		}
-		l, err := scanLease(read.QueryRowContext(ctx, c.Runner))
+		l, err := sqlrows.ScanLease(read.QueryRowContext(ctx, c.Runner))
 		if err != nil {
 			return nil, fmt.Errorf("claim lease of runner %q: %w", c.Runner, err)
 		}
@@ -96,14 +81,14 @@ func (s *Store) ReleaseLeases(ctx context.Context, instance string, runners []st
 }
 
 func (s *Store) Leases(ctx context.Context) ([]app.Lease, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+leaseColumns+` FROM leases ORDER BY runner`)
+	rows, err := s.db.QueryContext(ctx, `SELECT `+sqlrows.LeaseColumns+` FROM leases ORDER BY runner`)
 	if err != nil {
 		return nil, fmt.Errorf("list leases: %w", err)
 	}
 	defer rows.Close()
 	var out []app.Lease
 	for rows.Next() {
-		l, err := scanLease(rows)
+		l, err := sqlrows.ScanLease(rows)
 		if err != nil {
 			return nil, fmt.Errorf("list leases: %w", err)
 		}
@@ -118,7 +103,7 @@ func (s *Store) Leases(ctx context.Context) ([]app.Lease, error) {
 func (s *Store) WakeHolder(ctx context.Context, runner string) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	if _, err := s.db.ExecContext(ctx, `INSERT INTO leases (`+leaseColumns+`) VALUES (?, '', '', '', 0, 1)
+	if _, err := s.db.ExecContext(ctx, `INSERT INTO leases (`+sqlrows.LeaseColumns+`) VALUES (?, '', '', '', 0, 1)
 		ON CONFLICT (runner) DO UPDATE SET wake = wake + 1`, runner); err != nil {
 		return fmt.Errorf("wake the holder of runner %q: %w", runner, err)
 	}

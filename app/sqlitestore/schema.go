@@ -10,7 +10,7 @@ import (
 // migrations[i] takes the schema from version i to version i+1. Append only: a released
 // migration never changes, since files out there have already run it.
 //
-// Times are TEXT in one fixed-width UTC layout (timeLayout), so they sort as text, hold any
+// Times are TEXT in one fixed-width UTC layout (sqlrows.TimeLayout), so they sort as text, hold any
 // time a JSON record can carry, and read back exactly; "" is the zero time.
 var migrations = [][]string{
 	{ // 1: runners, jobs, records

@@ -14,6 +14,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/rte-project/rte/app"
+	"github.com/rte-project/rte/app/internal/sqlrows"
 	"github.com/rte-project/rte/protocol"
 )
 
@@ -27,10 +28,6 @@ const (
 	pageSize          = 16 << 10
 	walAutocheckpoint = 4096
 )
-
-// timeLayout is RFC 3339 with all nine fraction digits, always UTC: fixed width, so times sort
-// as text.
-const timeLayout = "2006-01-02T15:04:05.000000000Z07:00"
 
 // Store is an app.Store on one SQLite file. It is safe for concurrent use, and several
 // processes may share the file.
@@ -100,28 +97,7 @@ func Open(path string) (*Store, error) {
 // Close closes the file. Calls after Close fail.
 func (s *Store) Close() error { return s.db.Close() }
 
-func formatTime(t time.Time) string {
-	if t.IsZero() {
-		return ""
-	}
-	return t.UTC().Format(timeLayout)
-}
-
-func parseTime(s string) (time.Time, error) {
-	if s == "" {
-		return time.Time{}, nil
-	}
-	return time.Parse(time.RFC3339Nano, s)
-}
-
-// notFound wraps app.ErrNotFound, naming what was looked for.
-func notFound(what, name string) error { return fmt.Errorf("%s %q: %w", what, name, app.ErrNotFound) }
-
 // ---- runners
-
-const runnerColumns = `name, url, mode, files, state, token, token_fingerprint, certificate,
-	pending_certificate, certificate_sha256, version, max_jobs, remote_addr, requested_at,
-	approved_at, last_seen, seeded`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -135,9 +111,9 @@ func scanRunner(row scanner) (*app.Runner, error) {
 	}
 	r.State = app.State(state)
 	var err error
-	if r.RequestedAt, err = parseTime(requested); err == nil {
-		if r.ApprovedAt, err = parseTime(approved); err == nil {
-			r.LastSeen, err = parseTime(seen)
+	if r.RequestedAt, err = sqlrows.ParseTime(requested); err == nil {
+		if r.ApprovedAt, err = sqlrows.ParseTime(approved); err == nil {
+			r.LastSeen, err = sqlrows.ParseTime(seen)
 		}
 	}
 	if err != nil {
@@ -147,9 +123,9 @@ func scanRunner(row scanner) (*app.Runner, error) {
 }
 
 func (s *Store) GetRunner(ctx context.Context, name string) (*app.Runner, error) {
-	r, err := scanRunner(s.db.QueryRowContext(ctx, `SELECT `+runnerColumns+` FROM runners WHERE name = ?`, name))
+	r, err := scanRunner(s.db.QueryRowContext(ctx, `SELECT `+sqlrows.RunnerColumns+` FROM runners WHERE name = ?`, name))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, notFound("runner", name)
+		return nil, sqlrows.NotFound("runner", name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get runner %q: %w", name, err)
@@ -163,19 +139,11 @@ func (s *Store) PutRunner(ctx context.Context, r *app.Runner) error {
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	_, err := s.db.ExecContext(ctx, `INSERT INTO runners (`+runnerColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (name) DO UPDATE SET url = excluded.url, mode = excluded.mode,
-			files = excluded.files, state = excluded.state, token = excluded.token,
-			token_fingerprint = excluded.token_fingerprint, certificate = excluded.certificate,
-			pending_certificate = excluded.pending_certificate,
-			certificate_sha256 = excluded.certificate_sha256, version = excluded.version,
-			max_jobs = excluded.max_jobs, remote_addr = excluded.remote_addr,
-			requested_at = excluded.requested_at, approved_at = excluded.approved_at,
-			last_seen = excluded.last_seen, seeded = excluded.seeded`,
+	_, err := s.db.ExecContext(ctx, `INSERT INTO runners (`+sqlrows.RunnerColumns+`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) `+sqlrows.RunnerUpsert,
 		r.Name, r.URL, r.Mode, r.Files, string(r.State), r.Token, r.TokenFingerprint,
 		r.Certificate, r.PendingCertificate, r.CertificateSHA256, r.Version, r.MaxJobs,
-		r.RemoteAddr, formatTime(r.RequestedAt), formatTime(r.ApprovedAt), formatTime(r.LastSeen), r.Seeded)
+		r.RemoteAddr, sqlrows.FormatTime(r.RequestedAt), sqlrows.FormatTime(r.ApprovedAt), sqlrows.FormatTime(r.LastSeen), r.Seeded)
 	if err != nil {
 		return fmt.Errorf("put runner %q: %w", r.Name, err)
 	}
@@ -192,13 +160,13 @@ func (s *Store) DeleteRunner(ctx context.Context, name string) error {
 	if n, err := res.RowsAffected(); err != nil {
 		return fmt.Errorf("delete runner %q: %w", name, err)
 	} else if n == 0 {
-		return notFound("runner", name)
+		return sqlrows.NotFound("runner", name)
 	}
 	return nil
 }
 
 func (s *Store) ListRunners(ctx context.Context) ([]*app.Runner, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+runnerColumns+` FROM runners ORDER BY name`)
+	rows, err := s.db.QueryContext(ctx, `SELECT `+sqlrows.RunnerColumns+` FROM runners ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("list runners: %w", err)
 	}
@@ -219,10 +187,7 @@ func (s *Store) ListRunners(ctx context.Context) ([]*app.Runner, error) {
 
 // ---- jobs
 
-const jobColumns = `id, runner, start, secret_names, state, cancel_requested, status, exit_code,
-	message, created_at, dispatched_at, started_at, ended_at, submit_node, sealed_secrets, last_seq`
-
-// jobValues are the values of every job column but last_seq, in jobColumns' order. Sealed
+// jobValues are the values of every job column but last_seq, in sqlrows.JobColumns' order. Sealed
 // secrets are dropped once the job is past dispatch (app.Store.UpdateJob).
 func jobValues(j *app.Job) ([]any, error) {
 	start := j.Start
@@ -244,8 +209,8 @@ func jobValues(j *app.Job) ([]any, error) {
 		sealed = string(b)
 	}
 	return []any{j.ID, j.Runner, string(startJSON), string(names), string(j.State), j.CancelRequested,
-		j.Status, j.ExitCode, j.Message, formatTime(j.CreatedAt), formatTime(j.DispatchedAt),
-		formatTime(j.StartedAt), formatTime(j.EndedAt), j.SubmitNode, sealed}, nil
+		j.Status, j.ExitCode, j.Message, sqlrows.FormatTime(j.CreatedAt), sqlrows.FormatTime(j.DispatchedAt),
+		sqlrows.FormatTime(j.StartedAt), sqlrows.FormatTime(j.EndedAt), j.SubmitNode, sealed}, nil
 }
 
 func scanJob(row scanner) (*app.Job, error) {
@@ -274,7 +239,7 @@ func scanJob(row scanner) (*app.Job, error) {
 		dst *time.Time
 		src string
 	}{{&j.CreatedAt, created}, {&j.DispatchedAt, dispatched}, {&j.StartedAt, started}, {&j.EndedAt, ended}} {
-		v, err := parseTime(t.src)
+		v, err := sqlrows.ParseTime(t.src)
 		if err != nil {
 			return nil, fmt.Errorf("job %q: stored time does not parse: %w", j.ID, err)
 		}
@@ -293,7 +258,7 @@ func (s *Store) CreateJob(ctx context.Context, j *app.Job) error {
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	res, err := s.db.ExecContext(ctx, `INSERT INTO jobs (`+jobColumns+`)
+	res, err := s.db.ExecContext(ctx, `INSERT INTO jobs (`+sqlrows.JobColumns+`)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0) ON CONFLICT (id) DO NOTHING`, vals...)
 	if err != nil {
 		return fmt.Errorf("create job %q: %w", j.ID, err)
@@ -307,9 +272,9 @@ func (s *Store) CreateJob(ctx context.Context, j *app.Job) error {
 }
 
 func (s *Store) GetJob(ctx context.Context, id string) (*app.Job, error) {
-	j, err := scanJob(s.db.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ?`, id))
+	j, err := scanJob(s.db.QueryRowContext(ctx, `SELECT `+sqlrows.JobColumns+` FROM jobs WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, notFound("job", id)
+		return nil, sqlrows.NotFound("job", id)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get job %q: %w", id, err)
@@ -345,7 +310,7 @@ func (s *Store) UpdateJob(ctx context.Context, j *app.Job) error {
 		err := s.db.QueryRowContext(ctx, `SELECT state FROM jobs WHERE id = ?`, j.ID).Scan(&state)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
-			return notFound("job", j.ID)
+			return sqlrows.NotFound("job", j.ID)
 		case err != nil:
 			return fmt.Errorf("update job %q: %w", j.ID, err)
 		}
@@ -367,7 +332,7 @@ func (s *Store) ListJobs(ctx context.Context, f app.JobFilter) ([]*app.Job, erro
 			args = append(args, string(st))
 		}
 	}
-	q := `SELECT ` + jobColumns + ` FROM jobs`
+	q := `SELECT ` + sqlrows.JobColumns + ` FROM jobs`
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -421,7 +386,7 @@ func (s *Store) StoreRecords(ctx context.Context, recs []protocol.Record) (map[s
 		var last int64
 		err := tx.QueryRowContext(ctx, `SELECT last_seq FROM jobs WHERE id = ?`, r.Job).Scan(&last)
 		if errors.Is(err, sql.ErrNoRows) {
-			return nil, fmt.Errorf("store records: %w", notFound("job", r.Job))
+			return nil, fmt.Errorf("store records: %w", sqlrows.NotFound("job", r.Job))
 		}
 		if err != nil {
 			return nil, fmt.Errorf("store records of job %q: %w", r.Job, err)
@@ -441,7 +406,7 @@ func (s *Store) StoreRecords(ctx context.Context, recs []protocol.Record) (map[s
 		if data == nil {
 			data = []byte{}
 		}
-		if _, err := ins.ExecContext(ctx, r.Job, r.Seq, r.Kind, formatTime(r.At), data); err != nil {
+		if _, err := ins.ExecContext(ctx, r.Job, r.Seq, r.Kind, sqlrows.FormatTime(r.At), data); err != nil {
 			return nil, fmt.Errorf("store record %d of job %q: %w", r.Seq, r.Job, err)
 		}
 	}
@@ -492,7 +457,7 @@ func (s *Store) Records(ctx context.Context, job string, after int64, limit int)
 	var last int64
 	err := s.db.QueryRowContext(ctx, `SELECT last_seq FROM jobs WHERE id = ?`, job).Scan(&last)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("records: %w", notFound("job", job))
+		return nil, fmt.Errorf("records: %w", sqlrows.NotFound("job", job))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("records of job %q: %w", job, err)
@@ -514,7 +479,7 @@ func (s *Store) Records(ctx context.Context, job string, after int64, limit int)
 		if err := rows.Scan(&r.Seq, &r.Kind, &at, &data); err != nil {
 			return nil, fmt.Errorf("records of job %q: %w", job, err)
 		}
-		if r.At, err = parseTime(at); err != nil {
+		if r.At, err = sqlrows.ParseTime(at); err != nil {
 			return nil, fmt.Errorf("record %d of job %q: stored time does not parse: %w", r.Seq, job, err)
 		}
 		r.Data = data

@@ -17,11 +17,13 @@ import (
 
 	"github.com/rte-project/rte/app"
 	"github.com/rte-project/rte/app/sqlitestore"
+	"github.com/rte-project/rte/app/storetest"
 	"github.com/rte-project/rte/protocol"
 )
 
-// The behaviour every app.Store shares is tested once for all of them, in package app's
-// store_test.go. These tests cover what only a file has: persistence, sharing, the schema.
+// The behaviour every app.Store shares is tested once for all of them by package storetest
+// (run on this store from package app's store_test.go). These tests cover what only a file has:
+// persistence, sharing, the schema.
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
@@ -181,50 +183,23 @@ func TestClosedStoreFails(t *testing.T) {
 	}
 }
 
-// BenchmarkStoreRecords measures the throughput that bounds a busy runner's output: batches of
-// 64 records, each batch one transaction with one fsync (synchronous=FULL). output-64KiB is
-// full output records (the RTE's batching limit); event-512B is small events records, where the
-// per-record cost shows. Set RTE_BENCH_DIR to measure on the disk that will hold the file.
+// BenchmarkStoreRecords measures the record path on a file with the harness every store shares
+// (storetest.BenchRecords): each batch of 64 records is one transaction with one fsync
+// (synchronous=FULL). Set RTE_BENCH_DIR to measure on the disk that will hold the file.
 func BenchmarkStoreRecords(b *testing.B) {
-	for _, bc := range []struct {
-		name string
-		size int
-	}{{"output-64KiB", 64 << 10}, {"event-512B", 512}} {
-		b.Run(bc.name, func(b *testing.B) { benchStore(b, 64, bc.size) })
-	}
-}
-
-func benchStore(b *testing.B, batch, size int) {
-	dir := os.Getenv("RTE_BENCH_DIR")
-	if dir == "" {
-		dir = b.TempDir()
-	} else {
-		var err error
-		if dir, err = os.MkdirTemp(dir, "bench"); err != nil {
-			b.Fatal(err)
+	storetest.BenchRecords(b, func(b *testing.B) app.Store {
+		dir := os.Getenv("RTE_BENCH_DIR")
+		if dir == "" {
+			dir = b.TempDir()
+		} else {
+			var err error
+			if dir, err = os.MkdirTemp(dir, "bench"); err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = os.RemoveAll(dir) })
 		}
-		defer os.RemoveAll(dir)
-	}
-	s := open(b, filepath.Join(dir, "app.db"))
-	defer s.Close()
-	ctx := context.Background()
-	if err := s.CreateJob(ctx, job("bench")); err != nil {
-		b.Fatal(err)
-	}
-	text := strings.Repeat("ok: [web01] => changed\n", size/23+1)[:size-len(`{"text":""}`)]
-	data, _ := json.Marshal(protocol.OutputData{Text: text})
-	recs := make([]protocol.Record, batch)
-	b.SetBytes(int64(batch * len(data)))
-	seq := int64(0)
-	for b.Loop() {
-		for i := range recs {
-			seq++
-			recs[i] = protocol.Record{Job: "bench", Seq: seq, Kind: protocol.KindOutput, At: t0, Data: data}
-		}
-		heads, err := s.StoreRecords(ctx, recs)
-		if err != nil || heads["bench"] != seq {
-			b.Fatalf("store: %v, head %d, want %d", err, heads["bench"], seq)
-		}
-	}
-	b.ReportMetric(float64(seq)/b.Elapsed().Seconds(), "records/s")
+		s := open(b, filepath.Join(dir, "app.db"))
+		b.Cleanup(func() { _ = s.Close() })
+		return s
+	})
 }

@@ -82,6 +82,7 @@ func newHandler(a *app.App, adminToken string, logger *zap.Logger, closing <-cha
 
 	mux := http.NewServeMux()
 	mux.Handle("/api/v2/rte/", a.Handler())
+	mux.HandleFunc("GET /ready", ready(a)) // store.go
 	mux.Handle("/api/", h.authenticate(admin))
 	// Everything else is the admin page, signed in with the same token (web.go).
 	mux.Handle("/", newWeb(h).routes())

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rte-project/rte/app"
+	"github.com/rte-project/rte/app/pgstore"
 	"github.com/rte-project/rte/bundle"
 	"github.com/rte-project/rte/protocol"
 )
@@ -36,8 +37,12 @@ type bundleSource struct {
 	packers map[int64]*bundle.Packer // by size limit; they share cacheDir
 }
 
-// packCacheDir is the bundle cache beside the database: rte-app.db gets rte-app-bundles.
+// packCacheDir is the bundle cache beside the database: rte-app.db gets rte-app-bundles. With
+// PostgreSQL it is rte-app-bundles in the working directory; each node keeps its own.
 func packCacheDir(db string) string {
+	if pgstore.IsURL(db) {
+		return "rte-app-bundles" // no file to sit beside: the working directory
+	}
 	return strings.TrimSuffix(db, filepath.Ext(db)) + "-bundles"
 }
 

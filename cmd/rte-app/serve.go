@@ -13,7 +13,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rte-project/rte/app"
-	"github.com/rte-project/rte/app/sqlitestore"
 )
 
 // HTTP server limits. Variables so a test can shorten them.
@@ -67,11 +66,11 @@ func serve(ctx context.Context, args, environ []string, stderr io.Writer) int {
 }
 
 func serveSettings(ctx context.Context, s *settings, logger *zap.Logger) error {
-	store, err := sqlitestore.Open(s.DB)
+	store, closeStore, err := openStore(ctx, s.DB)
 	if err != nil {
-		return fmt.Errorf("open the database (APP_DB): %w", err)
+		return err
 	}
-	defer store.Close()
+	defer closeStore()
 	files, err := newBundleSource(s, logger)
 	if err != nil {
 		return err
@@ -98,7 +97,7 @@ func serveSettings(ctx context.Context, s *settings, logger *zap.Logger) error {
 	}
 	logger.Info("rte-app starting",
 		zap.String("listen", ln.Addr().String()),
-		zap.String("db", s.DB),
+		zap.String("db", dbForLog(s.DB)),
 		zap.String("node", s.Node),
 		zap.Bool("join_token", s.JoinToken != ""),
 		zap.Duration("queue_timeout", s.QueueTimeout()),

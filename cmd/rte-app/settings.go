@@ -22,7 +22,8 @@ type settings struct {
 	// Listen is where the HTTP server listens: registration and the admin API. The default
 	// is loopback because the admin API is the keys to every runner.
 	Listen string `env:"APP_LISTEN" envDefault:"127.0.0.1:8080"`
-	// DB is the SQLite file that holds runners, jobs and records.
+	// DB holds runners, jobs and records: an SQLite file, or a postgres:// URL for app nodes on
+	// several hosts (store.go).
 	DB string `env:"APP_DB" envDefault:"rte-app.db"`
 	// Node names this app node to the runners (X-App-Node, welcome); the hostname when unset.
 	Node string `env:"APP_NODE"`
@@ -115,7 +116,7 @@ func (s *settings) check(p *settingsError, failed map[string]bool) {
 		p.add("APP_LISTEN", "host %s of %s is not an address or a name", quote(host), quote(s.Listen))
 	}
 	if strings.TrimSpace(s.DB) == "" {
-		p.add("APP_DB", "is empty; give the SQLite file to keep runners and jobs in, such as rte-app.db")
+		p.add("APP_DB", "is empty; give the SQLite file to keep runners and jobs in, such as rte-app.db, or a PostgreSQL URL, such as postgres://rte:PASSWORD@db.example.com/rte")
 	}
 	if s.Node == "" || len(s.Node) > 128 || strings.IndexFunc(s.Node, unicode.IsControl) >= 0 {
 		p.add("APP_NODE", "%s must be 1 to 128 printable characters; it names this app node to the runners", quote(s.Node))
