@@ -516,26 +516,47 @@ func TestPlaybookEvents(t *testing.T) {
 	})
 }
 
-func TestUnreachableHostJSONStdout(t *testing.T) {
+// TestUnreachableHostOnelineStdout runs the plugin beside a stdout callback other than default:
+// oneline, which ships with ansible-core (the json one lives in the ansible.posix collection,
+// which Debian's ansible-core does not carry). Its stdout is one line per host result and
+// nothing else, so any byte the plugin wrote to stdout would show.
+func TestUnreachableHostOnelineStdout(t *testing.T) {
 	t.Parallel()
 	// Port 1 on loopback refuses the connection, so the host is unreachable at once. Host key
 	// checking is off for this run only, as the refused host has no key to check.
 	r := runPlaybook(t, "unreachable.yml",
 		"dead ansible_host=127.0.0.1 ansible_port=1 ansible_connection=ssh ansible_user=rte-test ansible_python_interpreter=/usr/bin/python3\n"+
 			"[batch]\nb1 ansible_connection=local ansible_python_interpreter=/usr/bin/python3\nb2 ansible_connection=local ansible_python_interpreter=/usr/bin/python3\n",
-		"ANSIBLE_STDOUT_CALLBACK=json", "ANSIBLE_HOST_KEY_CHECKING=False")
+		"ANSIBLE_STDOUT_CALLBACK=oneline", "ANSIBLE_HOST_KEY_CHECKING=False")
 	if r.exitCode != 4 {
 		t.Fatalf("ansible-playbook exit code %d, want 4 (host unreachable)\nstderr:\n%s", r.exitCode, r.stderr)
 	}
 	checkStream(t, r)
 
-	// With the json stdout callback, stdout must be exactly its one JSON document.
-	var doc struct {
-		Plays []json.RawMessage
-		Stats map[string]json.RawMessage
+	// stdout must be exactly oneline's lines, one per host result in the events' order.
+	var want []string
+	for i, ev := range r.events {
+		switch ev.Event {
+		case "runner_on_ok":
+			want = append(want, r.str(i, "host")+" | SUCCESS => ")
+		case "runner_on_unreachable":
+			var res struct{ Msg string }
+			r.field(t, i, "res", &res)
+			want = append(want, r.str(i, "host")+" | UNREACHABLE!: "+res.Msg)
+		case "runner_on_failed", "runner_on_skipped":
+			t.Fatalf("unexpected %s [%s]; events: %s", ev.Event, r.str(i, "task"), r.names())
+		}
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil || len(doc.Plays) == 0 || doc.Stats["dead"] == nil {
-		t.Fatalf("stdout is not the json callback's document (err %v):\n%.2000s", err, r.stdout)
+	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("stdout has %d lines, want %d (one per host result):\n%.2000s", len(lines), len(want), r.stdout)
+	}
+	for i, line := range lines {
+		// A success line ends with the result as one-line JSON; an unreachable one is exact.
+		ok := line == want[i] || strings.HasSuffix(want[i], "=> ") && strings.HasPrefix(line, want[i]+"{") && strings.HasSuffix(line, "}")
+		if !ok {
+			t.Errorf("stdout line %d = %q, want oneline's %q...", i+1, line, want[i])
+		}
 	}
 
 	i := r.one(t, "runner_on_unreachable", "ping the dead host")
