@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -101,7 +102,10 @@ func certificateHosts(s *config.Settings) []string {
 
 // serveSettings runs the RTE until ctx is done or a signal stops it. The first signal drains:
 // /ready turns 503, then the listener and the socket close. A second signal stops at once.
-func serveSettings(ctx context.Context, s *config.Settings, environ []string, logger *zap.Logger, sigs <-chan os.Signal) error {
+func serveSettings(ctx context.Context, s *config.Settings, environ []string, logger *zap.Logger, signals <-chan os.Signal) error {
+	quit := make(chan struct{})
+	defer close(quit)
+	sigs := withoutHangups(signals, quit, logger)
 	ver := buildVersion()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -322,6 +326,33 @@ func serveSettings(ctx context.Context, s *config.Settings, environ []string, lo
 		logger.Error("shutdown took longer than 30s; exiting")
 	}
 	return runErr
+}
+
+// withoutHangups passes on every signal but SIGHUP, which it logs. The RTE reads its settings
+// once, at start, so a reload has nothing to do; and a terminal hang-up or a careless kill -HUP
+// must not cut running jobs. The forwarding ends when quit closes.
+func withoutHangups(sigs <-chan os.Signal, quit <-chan struct{}, logger *zap.Logger) <-chan os.Signal {
+	out := make(chan os.Signal, 2)
+	go func() {
+		for {
+			var sig os.Signal
+			select {
+			case sig = <-sigs:
+			case <-quit:
+				return
+			}
+			if sig == syscall.SIGHUP {
+				logger.Info("SIGHUP ignored: settings are read once, at start; restart the RTE to change them (SIGTERM drains)")
+				continue
+			}
+			select {
+			case out <- sig:
+			case <-quit:
+				return
+			}
+		}
+	}()
+	return out
 }
 
 // drain stops taking jobs, lets running ones finish for grace, then stops the rest (they end
