@@ -193,22 +193,34 @@ func printProblems(err error, w io.Writer) {
 	}
 }
 
-// checkConfig prints what the RTE would run with, then the problems, if any. Settings come
-// back filled as far as parsing got even when there are problems, so both can be shown.
+// checkConfig prints what the RTE would run with, then the problems, if any: the settings'
+// own and what serve would refuse in the files and folders they name (preflight). Settings
+// come back filled as far as parsing got even when there are problems, so both can be shown.
 func checkConfig(environ []string, stdout, stderr io.Writer) int {
 	s, err := config.Load(environ, hostname())
-	if s != nil {
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		for _, e := range s.Effective() {
-			fmt.Fprintf(tw, "%s\t%s\n", e.Var, e.Value)
-		}
-		_ = tw.Flush()
-		for _, w := range s.Warnings() {
-			fmt.Fprintf(stdout, "warning: %s\n", w)
-		}
-	}
-	if err != nil {
+	var problems []config.Problem
+	if p := (*config.Problems)(nil); errors.As(err, &p) {
+		problems = p.List
+	} else if err != nil {
 		printProblems(err, stderr)
+		return exitSettings
+	}
+	if perr := absolutePaths(s); perr != nil {
+		problems = append(problems, config.Problem{Var: "paths", Message: perr.Error()})
+	} else {
+		problems = append(problems, preflight(s)...)
+	}
+
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	for _, e := range s.Effective() {
+		fmt.Fprintf(tw, "%s\t%s\n", e.Var, e.Value)
+	}
+	_ = tw.Flush()
+	for _, w := range s.Warnings() {
+		fmt.Fprintf(stdout, "warning: %s\n", w)
+	}
+	if len(problems) > 0 {
+		printProblems(&config.Problems{List: problems}, stderr)
 		return exitSettings
 	}
 	fmt.Fprintln(stdout, "settings: ok")

@@ -46,6 +46,10 @@ func serve(ctx context.Context, environ []string, stderr io.Writer, sigs <-chan 
 		logger.Error("rte stopped", zap.Error(err))
 		return exitSettings
 	}
+	if list := preflight(s); len(list) > 0 {
+		printProblems(&config.Problems{List: list}, stderr)
+		return exitSettings
+	}
 	if err := serveSettings(ctx, s, environ, logger, sigs); err != nil {
 		logger.Error("rte stopped", zap.Error(err))
 		return exitFailure
