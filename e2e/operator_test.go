@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -225,5 +226,96 @@ func TestSIGHUPKeepsJobsRunning(t *testing.T) {
 	r.RTE.Signal(syscall.SIGTERM)
 	if code := r.RTE.Wait(time.Minute); code != 0 {
 		t.Fatalf("exit status after SIGTERM = %d, want 0", code)
+	}
+}
+
+// TestMetricsNamesAndZeroSeries scrapes /metrics of a fresh real RTE (inbound, transfer mode,
+// HTTPS): every rte_ family on the page is one docs/probes-and-metrics.md lists and the other
+// way round, every counter series is there at 0 before anything happened, and the gauges say
+// what a fresh RTE is.
+func TestMetricsNamesAndZeroSeries(t *testing.T) {
+	rte := startRTE(t, t.TempDir(), freePort(t), "RTE_TOKEN="+testToken, "METRICS_TOKEN=metrics-token-0123456789", "HTTPS=1")
+	code, body := rte.probe("/metrics", "Authorization", "Bearer metrics-token-0123456789")
+	if code != 200 {
+		t.Fatalf("/metrics = %d", code)
+	}
+	series := map[string]float64{}  // "name{labels}" as the page writes it -> value
+	families := map[string]string{} // name -> type
+	for _, line := range strings.Split(body, "\n") {
+		if f := strings.Fields(line); len(f) == 4 && f[0] == "#" && f[1] == "TYPE" && strings.HasPrefix(f[2], "rte_") {
+			families[f[2]] = f[3]
+			continue
+		}
+		if !strings.HasPrefix(line, "rte_") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("metric line %q: %v", line, err)
+		}
+		series[line[:i]] = v
+	}
+
+	if len(families) < 20 || len(series) < 50 {
+		t.Fatalf("read %d rte_ families and %d series from /metrics; the page:\n%s", len(families), len(series), body)
+	}
+
+	docs, err := os.ReadFile("../docs/probes-and-metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `(rte_[a-z_]+)` \\|").FindAllStringSubmatch(string(docs), -1) {
+		documented[m[1]] = true
+	}
+	for name := range families {
+		if !documented[name] {
+			t.Errorf("%s is on /metrics but not in docs/probes-and-metrics.md", name)
+		}
+		if families[name] == "counter" && !strings.HasSuffix(name, "_total") {
+			t.Errorf("counter %s does not end in _total", name)
+		}
+	}
+	for name := range documented {
+		// Absent here by design: the registration runs only with APP_URL.
+		if _, ok := families[name]; !ok && name != "rte_registration_state" {
+			t.Errorf("%s is documented but not on the /metrics of an inbound transfer-mode HTTPS RTE", name)
+		}
+	}
+
+	zero := []string{
+		`rte_socket_replaced_total`, `rte_records_sent_total`, `rte_acks_total`, `rte_bundle_received_bytes_total`,
+		`rte_socket_connections_total{direction="inbound"}`, `rte_socket_connections_total{direction="outbound"}`,
+		`rte_bundles_received_total{result="ok"}`, `rte_bundles_received_total{result="discarded"}`, `rte_bundles_received_total{result="missing"}`,
+		`rte_cache_hits_total`, `rte_cache_misses_total`, `rte_cache_evictions_total`, `rte_cache_bytes`, `rte_cache_bundles`,
+		`rte_jobs_running`, `rte_spool_records_waiting`, `rte_spool_waiting_bytes`, `rte_spool_oldest_waiting_age_seconds`,
+		`rte_socket_state{state="open"}`, `rte_socket_state{state="welcomed"}`, `rte_socket_connected`,
+	}
+	for _, code := range []string{"bad_json", "unknown_type", "missing_field", "bad_field", "invalid", "too_large", "unexpected"} {
+		zero = append(zero, `rte_bad_messages_total{code="`+code+`"}`)
+	}
+	for _, e := range []string{"socket", "metrics"} {
+		for _, r := range []string{"missing", "wrong"} {
+			zero = append(zero, `rte_auth_failures_total{endpoint="`+e+`",reason="`+r+`"}`)
+		}
+	}
+	for _, st := range []string{"success", "failed", "canceled", "timeout", "abandoned", "error"} {
+		zero = append(zero, `rte_jobs_ended_total{status="`+st+`"}`, `rte_job_duration_seconds_count{status="`+st+`"}`)
+	}
+	for _, s := range zero {
+		if v, ok := series[s]; !ok || v != 0 {
+			t.Errorf("%s: present %v, value %v; want present at 0 on a fresh RTE", s, ok, v)
+		}
+	}
+	if v := series[`rte_socket_state{state="none"}`]; v != 1 {
+		t.Errorf(`rte_socket_state{state="none"} = %v, want 1 with no app`, v)
+	}
+	if v := series[`rte_spool_filesystem_free_bytes`]; v <= 0 {
+		t.Errorf("rte_spool_filesystem_free_bytes = %v, want the free space of the spool's filesystem", v)
+	}
+	exp := series[`rte_listener_certificate_expiry_timestamp_seconds`]
+	if now := float64(time.Now().Unix()); exp < now+86400 {
+		t.Errorf("rte_listener_certificate_expiry_timestamp_seconds = %v, want the new certificate's end, well after now (%v)", exp, now)
 	}
 }

@@ -141,6 +141,7 @@ func serveSettings(ctx context.Context, s *config.Settings, environ []string, lo
 			zap.String("certificate_fingerprint", id.Fingerprint()),
 			zap.String("certificate_sha256", id.SHA256()))
 		tlsConfig = &tls.Config{Certificates: []tls.Certificate{id.Certificate}, MinVersion: tls.VersionTLS12}
+		registerCertificateExpiry(reg, id.Certificate.Leaf)
 	}
 	logger.Info("rte starting", startFields...)
 	// One line with every effective setting (secrets redacted), so a support case starts from
@@ -152,11 +153,21 @@ func serveSettings(ctx context.Context, s *config.Settings, environ []string, lo
 	}
 	logger.Info("settings", settingFields...)
 
-	sp, err := openSpool(s, logger)
+	// runner is made after the spool, whose restore already ends jobs; the metrics ask it
+	// only once serving.
+	var runner *jobs.Manager
+	jobMet := newJobMetrics(reg, func() int {
+		if runner == nil {
+			return 0
+		}
+		return len(runner.Running())
+	})
+	sp, err := openSpool(s, logger, jobMet)
 	if err != nil {
 		return err
 	}
 	defer sp.Close()
+	reg.MustRegister(newSpoolCollector(sp, s.SpoolPath))
 	jobsDir, pluginDir, err := prepareWorkPath(s)
 	if err != nil {
 		return err
@@ -165,9 +176,12 @@ func serveSettings(ctx context.Context, s *config.Settings, environ []string, lo
 	if err != nil {
 		return err
 	}
-	runner, err := jobs.New(jobs.Config{
+	if files.cache != nil {
+		reg.MustRegister(newCacheCollector(files.cache))
+	}
+	runner, err = jobs.New(jobs.Config{
 		Logger:         logger.Named("jobs"),
-		Recorder:       recorder{sp},
+		Recorder:       recorder{sp, jobMet},
 		Files:          files,
 		Token:          token,
 		WorkDir:        files.workDir(jobsDir),
@@ -198,6 +212,7 @@ func serveSettings(ctx context.Context, s *config.Settings, environ []string, lo
 		DeadAfter:    s.DeadAfter,
 	})
 	files.fetch = sessions
+	registerSocketState(reg, sessions)
 
 	var (
 		mu       sync.Mutex
