@@ -193,9 +193,20 @@ func writePair(t *testing.T, dir, name string) (certPath, keyPath string) {
 }
 
 // TestSIGHUPKeepsJobsRunning sends SIGHUP twice while a job runs: the RTE logs that it ignores
-// it, keeps serving and ready, and the job ends success; only SIGTERM then stops it.
+// it, keeps serving and ready, and the job ends success; only SIGTERM then stops it. The job
+// metrics follow the job.
 func TestSIGHUPKeepsJobsRunning(t *testing.T) {
-	r := newJobRig(t)
+	r := newJobRig(t, withRTEEnv("METRICS_TOKEN=metrics-token-0123456789"))
+	metric := func(series string) string {
+		t.Helper()
+		_, body := r.RTE.probe("/metrics", "Authorization", "Bearer metrics-token-0123456789")
+		for _, line := range strings.Split(body, "\n") {
+			if v, ok := strings.CutPrefix(line, series+" "); ok {
+				return v
+			}
+		}
+		return "absent"
+	}
 	j := r.submit(protocol.JobStart{Playbook: "sleep.yml", Inventories: []string{"local.ini"},
 		Extravars: json.RawMessage(`{"seconds":"6"}`)})
 	r.waitState(j.ID, app.JobRunning, time.Minute)
@@ -208,9 +219,24 @@ func TestSIGHUPKeepsJobsRunning(t *testing.T) {
 	if code, body := r.RTE.probe("/ready"); code != 200 {
 		t.Fatalf("/ready after SIGHUP = %d %s, want 200", code, body)
 	}
+	if v := metric("rte_jobs_running"); v != "1" {
+		t.Errorf("rte_jobs_running while the job sleeps = %s, want 1", v)
+	}
 	end := r.waitEnd(j.ID, 2*time.Minute)
 	if end.Status != protocol.StatusSuccess {
 		t.Fatalf("job after SIGHUP: %+v, want success", end)
+	}
+	// The end reaches the app as the runner lets go of the job: wait for that.
+	for deadline := time.Now().Add(10 * time.Second); metric("rte_jobs_running") != "0" && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	for series, want := range map[string]string{
+		"rte_jobs_running": "0", `rte_jobs_ended_total{status="success"}`: "1",
+		`rte_job_duration_seconds_count{status="success"}`: "1", `rte_jobs_ended_total{status="abandoned"}`: "0",
+	} {
+		if got := metric(series); got != want {
+			t.Errorf("%s after the job = %s, want %s", series, got, want)
+		}
 	}
 	if strings.Contains(r.RTE.Log()[logStart:], `"stopping"`) {
 		t.Fatalf("SIGHUP started a drain:\n%s", r.RTE.Log()[logStart:])
