@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -60,6 +61,25 @@ type Cache struct {
 	jobs     string
 
 	evictMu sync.Mutex // one eviction at a time in this process; other RTEs are kept off by flock
+
+	// For Stats: this process's lookups and evictions (other RTEs sharing the folder count
+	// their own).
+	hits, misses, evictions atomic.Int64
+}
+
+// Stats are the cache's numbers for metrics.
+type Stats struct {
+	Bytes     int64 // bundles in the folder now, by every RTE sharing it
+	Bundles   int   // how many
+	Hits      int64 // bundles a job needed that were in the cache (Missing found them)
+	Misses    int64 // bundles a job needed that had to be fetched
+	Evictions int64 // bundles this process removed to stay within MaxBytes
+}
+
+// Stats lists the bundle folder for its size; the counters are since Open.
+func (c *Cache) Stats() (Stats, error) {
+	files, total, err := c.listBundles()
+	return Stats{Bytes: total, Bundles: len(files), Hits: c.hits.Load(), Misses: c.misses.Load(), Evictions: c.evictions.Load()}, err
 }
 
 // Open makes the cache's directories, clears what a previous process of the same Owner left
@@ -146,7 +166,10 @@ func (c *Cache) Missing(hashes []string) []string {
 		if slices.Contains(hashes[:i], h) {
 			continue
 		}
-		if !c.Has(h) {
+		if c.Has(h) {
+			c.hits.Add(1)
+		} else {
+			c.misses.Add(1)
 			out = append(out, h)
 		}
 	}
@@ -404,22 +427,19 @@ func samePath(fd int, path string) bool {
 // not an error, and a later Evict finishes the job once they are released.
 func (c *Cache) Evict() error { return c.evict("") }
 
-func (c *Cache) evict(keep string) error {
-	c.evictMu.Lock()
-	defer c.evictMu.Unlock()
+// bundleFile is one bundle in the folder.
+type bundleFile struct {
+	hash  string
+	size  int64
+	mtime time.Time
+}
+
+// listBundles lists the bundles in the folder and their total size.
+func (c *Cache) listBundles() (files []bundleFile, total int64, err error) {
 	ents, err := os.ReadDir(c.bundles)
 	if err != nil {
-		return fmt.Errorf("evict: %w", err)
+		return nil, 0, err
 	}
-	type file struct {
-		hash  string
-		size  int64
-		mtime time.Time
-	}
-	var (
-		files []file
-		total int64
-	)
 	for _, e := range ents {
 		hexName, ok := strings.CutSuffix(e.Name(), ".tar.zst")
 		if !ok || !protocol.ValidHash("sha256:"+hexName) {
@@ -429,13 +449,23 @@ func (c *Cache) evict(keep string) error {
 		if err != nil {
 			continue // evicted meanwhile by another RTE
 		}
-		files = append(files, file{"sha256:" + hexName, fi.Size(), fi.ModTime()})
+		files = append(files, bundleFile{"sha256:" + hexName, fi.Size(), fi.ModTime()})
 		total += fi.Size()
+	}
+	return files, total, nil
+}
+
+func (c *Cache) evict(keep string) error {
+	c.evictMu.Lock()
+	defer c.evictMu.Unlock()
+	files, total, err := c.listBundles()
+	if err != nil {
+		return fmt.Errorf("evict: %w", err)
 	}
 	if total <= c.cfg.MaxBytes {
 		return nil
 	}
-	slices.SortFunc(files, func(a, b file) int {
+	slices.SortFunc(files, func(a, b bundleFile) int {
 		if n := a.mtime.Compare(b.mtime); n != 0 {
 			return n
 		}
@@ -458,6 +488,7 @@ func (c *Cache) evict(keep string) error {
 			continue
 		}
 		total -= f.size
+		c.evictions.Add(1)
 		c.log.Debug("evicted bundle", zap.String("bundle", f.hash), zap.Int64("size", f.size))
 	}
 	if total > c.cfg.MaxBytes {

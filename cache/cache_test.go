@@ -209,6 +209,18 @@ func TestEvictLeastRecentlyUsed(t *testing.T) {
 	if !c.Has(h1) || c.Has(h2) || !c.Has(h3) {
 		t.Fatalf("after the third bundle: has h1=%v h2=%v h3=%v; want h2, the least recently used, evicted", c.Has(h1), c.Has(h2), c.Has(h3))
 	}
+	// The numbers behind the cache's metrics: what is there, what jobs found, what went.
+	if missing := c.Missing([]string{h1, h2, h3, h1}); len(missing) != 1 || missing[0] != h2 {
+		t.Fatalf("Missing = %v, want only h2", missing)
+	}
+	st, err := c.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := cache.Stats{Bytes: int64(len(d1) + len(d3)), Bundles: 2, Hits: 2, Misses: 1, Evictions: 1}
+	if st != want {
+		t.Fatalf("Stats = %+v, want %+v", st, want)
+	}
 }
 
 // pinnerEnv makes the test binary a second RTE process: it opens the cache directory, pins a

@@ -112,6 +112,12 @@ type Settings struct {
 
 	// proxyFrom and noProxyFrom name the variable the value came from, for Effective.
 	proxyFrom, noProxyFrom string
+	// written holds the values that did not parse, as the operator wrote them, for Effective
+	// to show instead of the zero value left behind ("abc", not "0", which reads as no limit).
+	written map[string]string
+	// refused names every variable with a problem: Warnings says nothing about the effect of
+	// a value that is not used.
+	refused map[string]bool
 }
 
 // Load reads the settings from environ ("K=V" strings, as os.Environ gives) and checks them.
@@ -142,6 +148,10 @@ func Load(environ []string, hostname string) (*Settings, error) {
 			}
 			f := fieldByName[pe.Name]
 			failed[f.Var] = true
+			if s.written == nil {
+				s.written = map[string]string{}
+			}
+			s.written[f.Var] = vars[f.Var]
 			p.add(f.Var, "%v; the default is %s", pe.Err, f.Default)
 		}
 	}
@@ -156,6 +166,10 @@ func Load(environ []string, hostname string) (*Settings, error) {
 
 	s.check(p, vars, hostname, failed)
 	if len(p.List) > 0 {
+		s.refused = map[string]bool{}
+		for _, pr := range p.List {
+			s.refused[pr.Var] = true
+		}
 		sortProblems(p.List)
 		return s, p
 	}

@@ -485,3 +485,32 @@ func TestDocsShowRealOutput(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedValuesShownAsWritten: check-config's table shows a value that did not parse as
+// the operator wrote it, and a refused value gets no advice about its effect.
+func TestRefusedValuesShownAsWritten(t *testing.T) {
+	s, err := config.Load(with("RTE_MAX_JOBS=abc", "APP_TLS_VERIFY=no", "RTE_MODE=outbound", "APP_URL=https://app.example"), "box")
+	var p *config.Problems
+	if !errors.As(err, &p) || s == nil {
+		t.Fatalf("Load: want problems and the settings parsed so far, got %v", err)
+	}
+	shown := map[string]string{}
+	for _, e := range s.Effective() {
+		shown[e.Var] = e.Value
+	}
+	for name, raw := range map[string]string{"RTE_MAX_JOBS": `"abc"`, "APP_TLS_VERIFY": `"no"`} {
+		if !strings.HasPrefix(shown[name], raw+" (refused") {
+			t.Errorf("Effective shows %s as %q, want the written %s marked refused", name, shown[name], raw)
+		}
+	}
+	for _, w := range s.Warnings() {
+		if strings.Contains(w, "APP_TLS_VERIFY") || strings.Contains(w, "not verified") {
+			t.Errorf("a warning about the refused APP_TLS_VERIFY: %s", w)
+		}
+	}
+	// The same value accepted (0) is warned about.
+	ok := mustLoad(t, with("APP_TLS_VERIFY=0", "RTE_MODE=outbound", "APP_URL=https://app.example"))
+	if !slices.ContainsFunc(ok.Warnings(), func(w string) bool { return strings.Contains(w, "not verified") }) {
+		t.Errorf("APP_TLS_VERIFY=0 gets no warning: %q", ok.Warnings())
+	}
+}

@@ -11,29 +11,30 @@ import (
 )
 
 // Warnings is advice about settings that work but are risky or have no effect. The RTE logs
-// each at every start, so that a risky choice is not forgotten once made.
+// each at every start, so that a risky choice is not forgotten once made. A variable Load
+// refused gets no advice: its value is not used, and the problem already says what to do.
 func (s *Settings) Warnings() []string {
 	var w []string
-	if !s.AppTLSVerify {
+	if !s.AppTLSVerify && s.usable("APP_TLS_VERIFY") {
 		w = append(w, "APP_TLS_VERIFY=0: the app's certificate is not verified, so anyone on the network path can pose as the app and receive RTE_TOKEN and every job; give the app's CA in NODE_EXTRA_CA_CERTS and set APP_TLS_VERIFY=1")
 		if s.ExtraCACerts != "" {
 			w = append(w, "NODE_EXTRA_CA_CERTS is not used while APP_TLS_VERIFY=0")
 		}
 	}
-	if s.JoinToken != "" && s.AppURL == "" {
+	if s.JoinToken != "" && s.AppURL == "" && s.usable("RTE_JOIN_TOKEN", "APP_URL") {
 		w = append(w, "RTE_JOIN_TOKEN is set but APP_URL is not, so this RTE never joins the app and the join token is not used: set APP_URL (and RTE_URL in inbound mode), or remove RTE_JOIN_TOKEN and approve the runner at the app")
 	}
-	if s.Mode == protocol.ModeOutbound && s.RTEURL != "" {
+	if s.Mode == protocol.ModeOutbound && s.RTEURL != "" && s.usable("RTE_MODE", "RTE_URL") {
 		w = append(w, "RTE_URL is not used in outbound mode, where this RTE dials the app: remove it")
 	}
-	if s.Files == protocol.FilesTransfer {
+	if s.Files == protocol.FilesTransfer && s.usable("RTE_FILES") {
 		for _, v := range []struct{ name, value string }{{"ANSIBLE_PATH", s.AnsiblePath}, {"REPO_PATH", s.RepoPath}} {
-			if v.value != "" {
+			if v.value != "" && s.usable(v.name) {
 				w = append(w, v.name+" is not used while RTE_FILES=transfer, where the app sends the files with each job: set RTE_FILES=local to run from this directory, or remove "+v.name)
 			}
 		}
 	}
-	if s.Mode == protocol.ModeInbound && s.RTEURL != "" {
+	if s.Mode == protocol.ModeInbound && s.RTEURL != "" && s.usable("RTE_MODE", "RTE_URL", "HTTPS") {
 		u, err := url.Parse(s.RTEURL)
 		switch {
 		case err != nil: // Load refuses it; nothing to add
@@ -44,7 +45,7 @@ func (s *Settings) Warnings() []string {
 		}
 	}
 	for _, v := range []struct{ name, value string }{{"APP_URL", s.AppURL}, {"RTE_URL", s.RTEURL}} {
-		if v.value == "" || (v.name == "RTE_URL" && s.Mode != protocol.ModeInbound) {
+		if v.value == "" || !s.usable(v.name) || (v.name == "RTE_URL" && s.Mode != protocol.ModeInbound) {
 			continue
 		}
 		if u, err := url.Parse(v.value); err == nil && u.Scheme == "http" && !isLoopback(u.Hostname()) {
@@ -52,6 +53,16 @@ func (s *Settings) Warnings() []string {
 		}
 	}
 	return w
+}
+
+// usable reports whether Load accepted every one of the variables.
+func (s *Settings) usable(names ...string) bool {
+	for _, n := range names {
+		if s.refused[n] {
+			return false
+		}
+	}
+	return true
 }
 
 func isLoopback(host string) bool {
@@ -97,6 +108,9 @@ func (s *Settings) Effective() []Setting {
 			st.Value = x.String()
 		default:
 			panic("config: Effective cannot show " + f.Name + ": add its type here")
+		}
+		if raw, ok := s.written[f.Var]; ok && !st.Secret {
+			st.Value = quote(raw) + " (refused: see the problem below)"
 		}
 		if from := s.source(f.Var); from != f.Var {
 			st.Value += " (from " + from + ")"

@@ -434,8 +434,8 @@ func TestCheckThroughReferenceApp(t *testing.T) {
 	}
 	code, out = ref.cli(t, "check", "--runner", "rte-check", "--timeout", "3s",
 		"--target", fmt.Sprintf("ssh://root@127.0.0.1:%d", sshd.port), "--target", fmt.Sprintf("root@127.0.0.1:%d", closed))
-	if code != 2 || !strings.Contains(out, "failure: 1 of 2 targets connected") || !strings.Contains(out, "unreachable") {
-		t.Fatalf("rte-app check with a closed port: exit %d, want 2:\n%s", code, out)
+	if code != 4 || !strings.Contains(out, "failure: 1 of 2 targets connected") || !strings.Contains(out, "unreachable") {
+		t.Fatalf("rte-app check with a closed port: exit %d, want 4:\n%s", code, out)
 	}
 	t.Logf("rte-app check:\n%s", out)
 	noRace(t, rte)

@@ -76,17 +76,7 @@ func (id *Identity) SHA256() string { return protocol.CertificateSHA256(id.DER) 
 // a file without the expected PEM block, an encrypted key, a key that does not match the
 // certificate, and an expired certificate.
 func LoadOrCreate(certPath, keyPath string, hosts []string) (*Identity, error) {
-	if certPath == "" || keyPath == "" {
-		return nil, errors.New("certificate and key paths must both be set (HTTPS_CERT, HTTPS_KEY)")
-	}
-	if filepath.Clean(certPath) == filepath.Clean(keyPath) {
-		return nil, fmt.Errorf("certificate and key paths are the same file %s: set HTTPS_CERT and HTTPS_KEY to two different files", certPath)
-	}
-	certExists, err := exists(certPath, "certificate")
-	if err != nil {
-		return nil, err
-	}
-	keyExists, err := exists(keyPath, "key")
+	certExists, keyExists, err := pairState(certPath, keyPath)
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +88,58 @@ func LoadOrCreate(certPath, keyPath string, hosts []string) (*Identity, error) {
 	case keyExists:
 		return recoverPair(certPath, keyPath)
 	default:
-		return nil, fmt.Errorf("certificate %s exists but its key %s does not: put the key that belongs to the certificate there, or delete %s to generate a new pair (an admin must then approve the new certificate)", certPath, keyPath, certPath)
+		return nil, loneCertificate(certPath, keyPath)
+	}
+}
+
+// pairState checks the two paths and says which of the files exist.
+func pairState(certPath, keyPath string) (certExists, keyExists bool, err error) {
+	if certPath == "" || keyPath == "" {
+		return false, false, errors.New("certificate and key paths must both be set (HTTPS_CERT, HTTPS_KEY)")
+	}
+	if filepath.Clean(certPath) == filepath.Clean(keyPath) {
+		return false, false, fmt.Errorf("certificate and key paths are the same file %s: set HTTPS_CERT and HTTPS_KEY to two different files", certPath)
+	}
+	if certExists, err = exists(certPath, "certificate"); err != nil {
+		return false, false, err
+	}
+	keyExists, err = exists(keyPath, "key")
+	return certExists, keyExists, err
+}
+
+func loneCertificate(certPath, keyPath string) error {
+	return fmt.Errorf("certificate %s exists but its key %s does not: put the key that belongs to the certificate there, or delete %s to generate a new pair (an admin must then approve the new certificate)", certPath, keyPath, certPath)
+}
+
+func loneKey(certPath, keyPath string) error {
+	return fmt.Errorf("key %s exists but its certificate %s does not: put the certificate that belongs to the key there, or delete %s to generate a new pair (an admin must then approve the new certificate)", keyPath, certPath, keyPath)
+}
+
+// Check tells, writing nothing, what LoadOrCreate would do with these paths: an error for
+// anything it would refuse (a file missing from the pair, not parsing, not belonging to the
+// other, expired), create true when neither file exists and it would generate a pair (the
+// caller checks that their folders can be written). rte check-config reports it.
+func Check(certPath, keyPath string) (create bool, err error) {
+	certExists, keyExists, err := pairState(certPath, keyPath)
+	if err != nil {
+		return false, err
+	}
+	switch {
+	case certExists && keyExists:
+		_, err := load(certPath, keyPath)
+		return false, err
+	case !certExists && !keyExists:
+		return true, nil
+	case keyExists:
+		// Only the pair this package was writing when the process died is completed.
+		if ok, err := exists(certPath+tmpSuffix, "certificate"); err == nil && ok {
+			if _, err := readPair(certPath+tmpSuffix, keyPath); err == nil {
+				return false, nil
+			}
+		}
+		return false, loneKey(certPath, keyPath)
+	default:
+		return false, loneCertificate(certPath, keyPath)
 	}
 }
 
@@ -120,7 +161,7 @@ func exists(path, what string) (bool, error) {
 // recoverPair handles a key whose certificate is absent. Only the pair this package was writing
 // when the process died is completed; any other lone key is refused.
 func recoverPair(certPath, keyPath string) (*Identity, error) {
-	lone := fmt.Errorf("key %s exists but its certificate %s does not: put the certificate that belongs to the key there, or delete %s to generate a new pair (an admin must then approve the new certificate)", keyPath, certPath, keyPath)
+	lone := loneKey(certPath, keyPath)
 	tmp := certPath + tmpSuffix
 	if ok, err := exists(tmp, "certificate"); err != nil || !ok {
 		return nil, lone

@@ -167,8 +167,8 @@ func TestFetchAsksOnlyForMissingAndReceives(t *testing.T) {
 	if got := metric(t, r.reg, "rte_bundles_received_total", map[string]string{"result": "ok"}); got != 2 {
 		t.Errorf("rte_bundles_received_total{result=ok} = %v, want 2", got)
 	}
-	if got, want := metric(t, r.reg, "rte_bundle_bytes_received_total", nil), float64(len(b1.data)+len(b2.data)); got != want {
-		t.Errorf("rte_bundle_bytes_received_total = %v, want %v", got, want)
+	if got, want := metric(t, r.reg, "rte_bundle_received_bytes_total", nil), float64(len(b1.data)+len(b2.data)); got != want {
+		t.Errorf("rte_bundle_received_bytes_total = %v, want %v", got, want)
 	}
 	// All present now: no want, no wait.
 	if err := r.m.Fetch(context.Background(), "j2", []protocol.BundleRef{b1.ref, have.ref}); err != nil {

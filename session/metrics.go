@@ -4,6 +4,8 @@ import (
 	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rte-project/rte/protocol"
 )
 
 type metrics struct {
@@ -48,7 +50,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Bundle transfers that ended, by result: ok (named in the cache), discarded (size, hash or a chunk did not match), missing (the app had none to send).",
 		}, []string{"result"})),
 		bundleBytes: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "rte_bundle_bytes_received_total",
+			Name: "rte_bundle_received_bytes_total",
 			Help: "Bytes of bundle chunks written to the cache's temporary files, resent chunks after a reconnect included.",
 		})),
 	}
@@ -57,6 +59,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	for _, d := range []string{dirInbound, dirOutbound} {
 		m.connections.WithLabelValues(d) // present at 0 from the start, so rate() works
+	}
+	// Every code the RTE answers with, so increase() > 0 sees the first bad message too.
+	for _, c := range []string{protocol.ErrBadJSON, protocol.ErrUnknownType, protocol.ErrMissingField,
+		protocol.ErrBadField, protocol.ErrInvalid, protocol.ErrTooLarge, protocol.ErrUnexpected} {
+		m.bad.WithLabelValues(c)
 	}
 	return m
 }

@@ -45,6 +45,10 @@ type JobState struct {
 	LastSeq int64 // highest durable seq
 	Acked   int64 // highest seq the app acknowledged since Open
 	Ended   bool  // the end record is durable
+	// WaitingBytes is the size in the file of the durable records after Acked, framing
+	// included; OldestWaiting is the At of the first of them (zero when none waits).
+	WaitingBytes  int64
+	OldestWaiting time.Time
 }
 
 // Stats are counters since Open, for metrics and benchmarks.
@@ -110,8 +114,10 @@ type job struct {
 	endSeq  int64      // seq of the end record, 0 before it is written
 	// base is the seq of offs[0]; offs[i] is the file offset of record base+i. Acked records
 	// are dropped from the front.
-	base        int64
-	offs        []int64
+	base int64
+	offs []int64
+	// ats[i] is the time of record base+i (its At), for the age of the oldest unacked record.
+	ats         []time.Time
 	durableSeq  int64
 	durableSize int64
 	acked       int64
@@ -371,6 +377,7 @@ func (s *Spool) scan(j *job, size int64) error {
 			break
 		}
 		j.offs = append(j.offs, off)
+		j.ats = append(j.ats, rec.At)
 		j.lastSeq = rec.Seq
 		if rec.Kind == protocol.KindEnd {
 			j.endSeq = rec.Seq
@@ -515,6 +522,7 @@ func (s *Spool) write(j *job, rec protocol.Record, kind, jobID string) (*Commit,
 		return nil, err
 	}
 	j.offs = append(j.offs, j.size)
+	j.ats = append(j.ats, rec.At)
 	j.size += int64(len(frame))
 	j.lastSeq = rec.Seq
 	if kind == protocol.KindEnd {
@@ -664,11 +672,13 @@ func (j *job) trim() {
 		n = int64(len(j.offs))
 	}
 	j.offs = j.offs[n:]
+	j.ats = j.ats[n:]
 	j.base += n
 	// Reslicing keeps the dropped front allocated; copy once most of it is dead so a long job
 	// that is acked as it goes does not hold every offset it ever had.
 	if cap(j.offs) > 1024 && len(j.offs) < cap(j.offs)/4 {
 		j.offs = append(make([]int64, 0, 2*len(j.offs)), j.offs...)
+		j.ats = append(make([]time.Time, 0, 2*len(j.ats)), j.ats...)
 	}
 }
 
@@ -746,7 +756,12 @@ func (s *Spool) Jobs() []JobState {
 	for _, j := range s.jobs {
 		j.mu.Lock()
 		if j.durableSeq > 0 {
-			out = append(out, JobState{Job: j.id, LastSeq: j.durableSeq, Acked: j.acked, Ended: j.endSeq != 0 && j.endSeq <= j.durableSeq})
+			st := JobState{Job: j.id, LastSeq: j.durableSeq, Acked: j.acked, Ended: j.endSeq != 0 && j.endSeq <= j.durableSeq}
+			if i := j.acked + 1 - j.base; j.acked < j.durableSeq && i >= 0 && i < int64(len(j.offs)) {
+				st.WaitingBytes = j.durableSize - j.offs[i]
+				st.OldestWaiting = j.ats[i]
+			}
+			out = append(out, st)
 		}
 		j.mu.Unlock()
 	}

@@ -168,7 +168,15 @@ func TestReopenSeesEverythingDurable(t *testing.T) {
 
 	s2 := open(t, dir, spool.Options{})
 	want := []spool.JobState{{Job: "1042", LastSeq: 6}, {Job: "done", LastSeq: 2, Ended: true}}
-	if got := s2.Jobs(); fmt.Sprint(got) != fmt.Sprint(want) {
+	got := s2.Jobs()
+	for i := range got {
+		// Nothing is acked after a reopen: every record waits, the first since its own time.
+		if got[i].WaitingBytes <= 0 || !got[i].OldestWaiting.Equal(at) {
+			t.Fatalf("Jobs after reopen: %s waits %d bytes since %v, want its whole file since %v", got[i].Job, got[i].WaitingBytes, got[i].OldestWaiting, at)
+		}
+		got[i].WaitingBytes, got[i].OldestWaiting = 0, time.Time{}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("Jobs after reopen = %+v, want %+v (acks are not kept across a restart)", got, want)
 	}
 	if got := fmt.Sprint(s2.Progress()); got != "[{1042 6} {done 2}]" {
@@ -639,4 +647,46 @@ func lastFrameOffset(t *testing.T, path string) int64 {
 		t.Fatalf("%s holds no frame", path)
 	}
 	return last
+}
+
+// TestWaitingBytesAndAge: Jobs says how many bytes of durable records wait for an ack and the
+// time of the oldest of them, and both follow the acks.
+func TestWaitingBytesAndAge(t *testing.T) {
+	dir := t.TempDir()
+	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	now := at
+	s := open(t, dir, spool.Options{Now: func() time.Time { return now }})
+	for i := range 3 {
+		now = at.Add(time.Duration(i) * time.Minute)
+		mustAppend(t, s, "j", protocol.KindOutput, output(fmt.Sprintf("line %d\n", i)))
+	}
+	info, err := os.Stat(filepath.Join(dir, "j.spool"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := func() spool.JobState {
+		t.Helper()
+		jobs := s.Jobs()
+		if len(jobs) != 1 {
+			t.Fatalf("Jobs = %+v, want job j", jobs)
+		}
+		return jobs[0]
+	}
+	all := waiting()
+	if all.WaitingBytes <= 0 || all.WaitingBytes >= info.Size() || !all.OldestWaiting.Equal(at) {
+		t.Fatalf("nothing acked: %d bytes waiting since %v; want most of the file's %d bytes since %v", all.WaitingBytes, all.OldestWaiting, info.Size(), at)
+	}
+	if err := s.Ack("j", 1); err != nil {
+		t.Fatal(err)
+	}
+	one := waiting()
+	if one.WaitingBytes <= 0 || one.WaitingBytes >= all.WaitingBytes || !one.OldestWaiting.Equal(at.Add(time.Minute)) {
+		t.Fatalf("seq 1 acked: %d bytes waiting since %v; want fewer than %d since %v", one.WaitingBytes, one.OldestWaiting, all.WaitingBytes, at.Add(time.Minute))
+	}
+	if err := s.Ack("j", 3); err != nil {
+		t.Fatal(err)
+	}
+	if none := waiting(); none.WaitingBytes != 0 || !none.OldestWaiting.IsZero() {
+		t.Fatalf("everything acked: %d bytes waiting since %v, want none", none.WaitingBytes, none.OldestWaiting)
+	}
 }

@@ -233,6 +233,7 @@ func (s *Spool) cut(j *job, err error) {
 	}
 	j.size = j.durableSize
 	j.offs = j.offs[:max(0, j.durableSeq-j.base+1)]
+	j.ats = j.ats[:len(j.offs)]
 	j.lastSeq = j.durableSeq
 	if j.endSeq > j.durableSeq {
 		j.endSeq = 0

@@ -26,7 +26,7 @@ const defaultAppURL = "http://127.0.0.1:8080"
 var errUsage = errors.New("usage")
 
 // usageError is a problem with the command line or the environment, found before anything
-// was sent to the app: exit 64.
+// was sent to the app: exit 2.
 type usageError struct{ err error }
 
 func (e usageError) Error() string { return e.err.Error() }
@@ -52,12 +52,11 @@ func (c *command) client() (*client, error) {
 func cli(ctx context.Context, name string, args, environ []string, stdout, stderr io.Writer) int {
 	vars := env.ToMap(environ)
 	c := &command{
-		fs:     flag.NewFlagSet("rte-app "+name, flag.ContinueOnError),
+		fs:     newFlagSet(name, stdout, stderr),
 		appURL: defaultAppURL,
 		token:  vars["APP_ADMIN_TOKEN"],
 		stdout: stdout, stderr: stderr,
 	}
-	c.fs.SetOutput(stderr)
 	if v := vars["APP_URL"]; v != "" {
 		c.appURL = v
 	}
@@ -101,7 +100,7 @@ func cli(ctx context.Context, name string, args, environ []string, stdout, stder
 }
 
 // fail prints a command's error (unless the flag package already said why) and returns the
-// exit status: 64 for a usage problem, 1 for anything after that.
+// exit status: 2 for a usage problem, 1 for anything after that.
 func (c *command) fail(name string, err error) int {
 	switch {
 	case errors.Is(err, flag.ErrHelp):
@@ -123,10 +122,10 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err // the flag package printed the flags
-			}
-			return nil, errUsage
+			return nil, errUsage // the flag package printed why and the usage
+		}
+		if helpAsked(fs) {
+			return nil, flag.ErrHelp
 		}
 		if fs.NArg() == 0 {
 			return pos, nil
@@ -143,7 +142,8 @@ func oneArg(fs *flag.FlagSet, args []string, what string) (string, error) {
 		return "", err
 	}
 	if len(pos) != 1 || pos[0] == "" {
-		fmt.Fprintf(fs.Output(), "%s: want one %s argument, got %d\n", fs.Name(), what, len(pos))
+		fmt.Fprintf(fs.Output(), "%s: want one %s argument, got %d\n\n", fs.Name(), what, len(pos))
+		fs.Usage()
 		return "", errUsage
 	}
 	return pos[0], nil
@@ -155,7 +155,8 @@ func noArgs(fs *flag.FlagSet, args []string) error {
 		return err
 	}
 	if len(pos) > 0 {
-		fmt.Fprintf(fs.Output(), "%s: takes no arguments, got %q\n", fs.Name(), pos)
+		fmt.Fprintf(fs.Output(), "%s: takes no arguments, got %q\n\n", fs.Name(), pos)
+		fs.Usage()
 		return errUsage
 	}
 	return nil
@@ -383,20 +384,24 @@ func followCmd(ctx context.Context, c *command, name string, args []string) (int
 	fs.StringVar(&req.Runner, "runner", "", "the runner to run on (required)")
 	fs.StringVar(&req.Playbook, "playbook", "", "the playbook, relative to the runner's ANSIBLE_PATH (required)")
 	fs.Var(&inventories, "inventory", "an inventory, relative to the runner's REPO_PATH (repeat for several)")
+	fs.Var(&inventories, "i", "short for --inventory, as in ansible-playbook")
 	fs.StringVar(&extraVars, "extra-vars", "", "extra variables as a JSON object, or @FILE holding one")
+	fs.StringVar(&extraVars, "e", "", "short for --extra-vars, as in ansible-playbook")
 	fs.StringVar(&req.Limit, "limit", "", "limit the run to hosts matching this pattern")
+	fs.StringVar(&req.Limit, "l", "", "short for --limit, as in ansible-playbook")
 	fs.StringVar(&tags, "tags", "", "only tasks with these tags, comma-separated")
+	fs.StringVar(&tags, "t", "", "short for --tags, as in ansible-playbook")
 	fs.StringVar(&skipTags, "skip-tags", "", "skip tasks with these tags, comma-separated")
 	fs.BoolVar(&req.Check, "check", false, "check mode: change nothing")
 	fs.BoolVar(&req.Diff, "diff", false, "show differences in changed files")
-	fs.IntVar(&req.Verbosity, "v", 0, "verbosity 0 to 6: how many v ansible-playbook gets (-v 2 is -vv)")
+	fs.IntVar(&req.Verbosity, "v", 0, "verbosity 0 to 6: how many v ansible-playbook gets (-v 2 is -vv; -vv works too)")
 	fs.IntVar(&req.Forks, "forks", 0, "parallel hosts; 0 for ansible's default")
 	fs.Var(&envs, "env", "K=V environment for ansible-playbook (repeat for several)")
 	fs.StringVar(&vaultFile, "vault-password-file", "", "file holding the vault password")
 	fs.StringVar(&becomeFile, "become-password-file", "", "file holding the become password")
 	fs.IntVar(&req.TimeoutS, "timeout", 3600, "seconds the playbook may run; 0 for the runner's default")
 	fs.BoolVar(&noFollow, "no-follow", false, "print the job id and return at once")
-	if err := noArgs(fs, args); err != nil {
+	if err := noArgs(fs, verbosityArgs(args)); err != nil {
 		return 0, err
 	}
 	req.Inventories = inventories

@@ -53,8 +53,7 @@ type demoOptions struct {
 }
 
 func demo(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("rte-app demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("demo", stdout, stderr)
 	var o demoOptions
 	fs.StringVar(&o.rte, "rte", "", "the rte binary (default: rte next to rte-app, else on PATH)")
 	fs.StringVar(&o.examples, "examples", "examples", "the directory holding playbooks/site.yml and inventory/hosts.yml")

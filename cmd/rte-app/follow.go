@@ -34,13 +34,14 @@ type outcome struct {
 	Events   []json.RawMessage
 }
 
-// Exit statuses of rte-app (docs/reference-app.md has the table).
+// Exit statuses of rte-app (docs/reference-app.md has the table). Bad usage is 2 in rte too,
+// so a supervisor or script reads both binaries the same way.
 const (
-	exitOK       = 0  // the job succeeded, or the command did what was asked
-	exitTrouble  = 1  // rte-app could not do what was asked: app unreachable, refused, interrupted
-	exitFailed   = 2  // the playbook ran and failed (a task failed or a host was unreachable)
-	exitNotEnded = 3  // the job did not end normally: canceled, timeout, abandoned, error
-	exitUsage    = 64 // bad command line or settings; nothing was done
+	exitOK       = 0 // the job succeeded, or the command did what was asked
+	exitTrouble  = 1 // rte-app could not do what was asked: app unreachable, refused, interrupted
+	exitUsage    = 2 // bad command line or settings; nothing was done
+	exitNotEnded = 3 // the job did not end normally: canceled, timeout, abandoned, error
+	exitFailed   = 4 // the playbook ran and failed (a task failed or a host was unreachable)
 )
 
 // exitFor maps a job's end status to rte-app's exit status.

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 
@@ -9,9 +11,10 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-const usage = `usage: rte-app <command> [flags]
+const usage = `rte-app is the RTE project's reference app: the demo, the peer of the end-to-end tests and
+the example for app authors, not a product to run in production.
 
-The reference app: the app half of the RTE protocol.
+usage: rte-app <command> [flags]     (rte-app <command> --help for its flags)
 
 server:
   serve                 run the app: registration, admin API, dispatch (settings from the environment)
@@ -33,7 +36,7 @@ the admin token comes from APP_ADMIN_TOKEN):
   cancel JOB            cancel a job
   check                 can the runner reach these hosts now? --runner NAME
                         --target ssh://[user@]host[:port] [--target winrm://host[:port] ...]
-                        [--timeout 5s] [--json]; exit 0 when all connected, 2 when not
+                        [--timeout 5s] [--json]; exit 0 when all connected, 4 when not
 
 demo:
   demo                  the app, a real RTE over TLS and a real playbook on this machine
@@ -41,8 +44,9 @@ demo:
 
   help                  print this text
 
-Exit status: 0 success; 1 rte-app could not do what was asked; 2 the playbook failed, or a
-target of check did not connect; 3 the job was canceled, timed out, was abandoned or hit an error; 64 bad usage or settings.
+Exit status: 0 success; 1 rte-app could not do what was asked; 2 bad usage or settings (nothing
+was done); 3 the job was canceled, timed out, was abandoned or hit an error; 4 the playbook
+failed, or a target of check did not connect.
 docs/reference-app.md has the details.
 `
 
@@ -55,12 +59,18 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 	cmd, args := args[0], args[1:]
 	switch cmd {
 	case "serve":
-		return serve(ctx, args, environ, stderr)
+		return serve(ctx, args, environ, stdout, stderr)
 	case "runners", "approve", "reject", "clear-waiting", "run", "follow", "jobs", "cancel", "check":
 		return cli(ctx, cmd, args, environ, stdout, stderr)
 	case "demo":
 		return demo(ctx, args, environ, stdout, stderr)
 	case "help", "--help", "-h":
+		if err := noArgs(newFlagSet("help", stdout, stderr), args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return exitOK
+			}
+			return exitUsage
+		}
 		fmt.Fprint(stdout, usage)
 		return exitOK
 	default:

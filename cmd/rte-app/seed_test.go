@@ -88,7 +88,7 @@ func TestServeAppliesSeed(t *testing.T) {
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, []string{"serve"}, env, &syncBuffer{}, logs) }()
 	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(logs.String(), "rte-app starting") {
+	for !strings.Contains(logs.String(), startMessage) {
 		select {
 		case code := <-done:
 			t.Fatalf("serve exited with %d:\n%s", code, logs.String())

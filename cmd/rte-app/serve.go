@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -33,10 +34,12 @@ var (
 // maxHeaderBytes is far above a real request's headers (a token and a few standard ones).
 const maxHeaderBytes = 64 << 10
 
-func serve(ctx context.Context, args, environ []string, stderr io.Writer) int {
-	if len(args) > 0 {
-		fmt.Fprintf(stderr, "rte-app serve: takes no arguments (settings come from the environment), got %q\n", args)
-		return exitUsage
+func serve(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
+	if err := noArgs(newFlagSet("serve", stdout, stderr), args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage // noArgs printed why and the usage
 	}
 	s, err := loadSettings(environ, hostname())
 	if err != nil {
@@ -64,6 +67,9 @@ func serve(ctx context.Context, args, environ []string, stderr io.Writer) int {
 	logger.Info("rte-app stopped")
 	return exitOK
 }
+
+// startMessage is the start log line's message.
+const startMessage = "rte-app starting: the reference app (demo, test peer, example for app authors), not a product"
 
 func serveSettings(ctx context.Context, s *settings, logger *zap.Logger) error {
 	store, closeStore, err := openStore(ctx, s.DB)
@@ -95,7 +101,9 @@ func serveSettings(ctx context.Context, s *settings, logger *zap.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s (APP_LISTEN): %w", s.Listen, err)
 	}
-	logger.Info("rte-app starting",
+	// The first line an operator reads says what this program is: the multi-node guide runs it
+	// too, and it must not pass for the product.
+	logger.Info(startMessage,
 		zap.String("listen", ln.Addr().String()),
 		zap.String("db", dbForLog(s.DB)),
 		zap.String("node", s.Node),

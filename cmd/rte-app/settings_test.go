@@ -139,7 +139,7 @@ func TestServeRunsUntilCanceled(t *testing.T) {
 		sc := bufio.NewScanner(strings.NewReader(logs.String()))
 		for sc.Scan() {
 			var m map[string]any
-			if json.Unmarshal(sc.Bytes(), &m) == nil && m["msg"] == "rte-app starting" {
+			if json.Unmarshal(sc.Bytes(), &m) == nil && m["msg"] == startMessage {
 				listen, _ = m["listen"].(string)
 			}
 		}
@@ -147,7 +147,7 @@ func TestServeRunsUntilCanceled(t *testing.T) {
 		case code := <-done:
 			t.Fatalf("serve exited with %d before listening:\n%s", code, logs.String())
 		case <-deadline:
-			t.Fatalf("serve logged no \"rte-app starting\" line:\n%s", logs.String())
+			t.Fatalf("serve logged no start line:\n%s", logs.String())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

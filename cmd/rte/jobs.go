@@ -20,7 +20,7 @@ import (
 
 // openSpool opens the spool and ends every job that was running when the RTE last stopped:
 // its process died with the RTE, so it gets a log record saying so and an end "abandoned".
-func openSpool(s *config.Settings, logger *zap.Logger) (*spool.Spool, error) {
+func openSpool(s *config.Settings, logger *zap.Logger, met *jobMetrics) (*spool.Spool, error) {
 	sp, err := spool.Open(s.SpoolPath, spool.Options{Logger: logger.Named("spool")})
 	if err != nil {
 		return nil, fmt.Errorf("open spool (RTE_SPOOL_PATH): %w", err)
@@ -46,6 +46,7 @@ func openSpool(s *config.Settings, logger *zap.Logger) (*spool.Spool, error) {
 		if _, err := sp.Append(j.Job, protocol.KindEnd, endData); err != nil {
 			return nil, fmt.Errorf("restore spool: job %s: %w", j.Job, err)
 		}
+		met.record(j.Job, protocol.KindEnd, endData)
 		logger.Warn("ended a job left running by the previous start", zap.String("job", j.Job), zap.Int64("last_seq", j.LastSeq))
 	}
 	return sp, nil
@@ -102,13 +103,26 @@ func ansibleVersion(logger *zap.Logger) string {
 	return v
 }
 
-// recorder gives the jobs package the spool's two-step append.
-type recorder struct{ *spool.Spool }
+// recorder gives the jobs package the spool's two-step append, and shows the metrics each
+// job's start and end.
+type recorder struct {
+	*spool.Spool
+	met *jobMetrics
+}
+
+func (r recorder) Append(job, kind string, data json.RawMessage) (protocol.Record, error) {
+	rec, err := r.Spool.Append(job, kind, data)
+	if err == nil {
+		r.met.record(job, kind, data)
+	}
+	return rec, err
+}
 
 func (r recorder) AppendAsync(job, kind string, data json.RawMessage) (jobs.Commit, error) {
 	c, err := r.Spool.AppendAsync(job, kind, data)
 	if err != nil {
 		return nil, err
 	}
+	r.met.record(job, kind, data)
 	return c, nil
 }

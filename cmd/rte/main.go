@@ -14,9 +14,10 @@ func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Environ(), os.Stdout, os.Stderr, signals()))
 }
 
-// signals delivers SIGTERM and SIGINT: the first drains, a second cancels at once.
+// signals delivers SIGTERM and SIGINT (the first drains, a second cancels at once) and SIGHUP,
+// which serve logs and otherwise ignores: its default action would end the process at once.
 func signals() <-chan os.Signal {
 	ch := make(chan os.Signal, 2)
-	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT)
+	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	return ch
 }

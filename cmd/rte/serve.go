@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,6 +44,10 @@ func serve(ctx context.Context, environ []string, stderr io.Writer, sigs <-chan 
 	}
 	if err := absolutePaths(s); err != nil {
 		logger.Error("rte stopped", zap.Error(err))
+		return exitSettings
+	}
+	if list := preflight(s); len(list) > 0 {
+		printProblems(&config.Problems{List: list}, stderr)
 		return exitSettings
 	}
 	if err := serveSettings(ctx, s, environ, logger, sigs); err != nil {
@@ -101,7 +106,10 @@ func certificateHosts(s *config.Settings) []string {
 
 // serveSettings runs the RTE until ctx is done or a signal stops it. The first signal drains:
 // /ready turns 503, then the listener and the socket close. A second signal stops at once.
-func serveSettings(ctx context.Context, s *config.Settings, environ []string, logger *zap.Logger, sigs <-chan os.Signal) error {
+func serveSettings(ctx context.Context, s *config.Settings, environ []string, logger *zap.Logger, signals <-chan os.Signal) error {
+	quit := make(chan struct{})
+	defer close(quit)
+	sigs := withoutHangups(signals, quit, logger)
 	ver := buildVersion()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -133,6 +141,7 @@ func serveSettings(ctx context.Context, s *config.Settings, environ []string, lo
 			zap.String("certificate_fingerprint", id.Fingerprint()),
 			zap.String("certificate_sha256", id.SHA256()))
 		tlsConfig = &tls.Config{Certificates: []tls.Certificate{id.Certificate}, MinVersion: tls.VersionTLS12}
+		registerCertificateExpiry(reg, id.Certificate.Leaf)
 	}
 	logger.Info("rte starting", startFields...)
 	// One line with every effective setting (secrets redacted), so a support case starts from
@@ -144,11 +153,21 @@ func serveSettings(ctx context.Context, s *config.Settings, environ []string, lo
 	}
 	logger.Info("settings", settingFields...)
 
-	sp, err := openSpool(s, logger)
+	// runner is made after the spool, whose restore already ends jobs; the metrics ask it
+	// only once serving.
+	var runner *jobs.Manager
+	jobMet := newJobMetrics(reg, func() int {
+		if runner == nil {
+			return 0
+		}
+		return len(runner.Running())
+	})
+	sp, err := openSpool(s, logger, jobMet)
 	if err != nil {
 		return err
 	}
 	defer sp.Close()
+	reg.MustRegister(newSpoolCollector(sp, s.SpoolPath))
 	jobsDir, pluginDir, err := prepareWorkPath(s)
 	if err != nil {
 		return err
@@ -157,9 +176,12 @@ func serveSettings(ctx context.Context, s *config.Settings, environ []string, lo
 	if err != nil {
 		return err
 	}
-	runner, err := jobs.New(jobs.Config{
+	if files.cache != nil {
+		reg.MustRegister(newCacheCollector(files.cache))
+	}
+	runner, err = jobs.New(jobs.Config{
 		Logger:         logger.Named("jobs"),
-		Recorder:       recorder{sp},
+		Recorder:       recorder{sp, jobMet},
 		Files:          files,
 		Token:          token,
 		WorkDir:        files.workDir(jobsDir),
@@ -192,6 +214,7 @@ func serveSettings(ctx context.Context, s *config.Settings, environ []string, lo
 		DeadAfter:    s.DeadAfter,
 	})
 	files.fetch = sessions
+	registerSocketState(reg, sessions)
 
 	var (
 		mu       sync.Mutex
@@ -324,6 +347,33 @@ func serveSettings(ctx context.Context, s *config.Settings, environ []string, lo
 		logger.Error("shutdown took longer than 30s; exiting")
 	}
 	return runErr
+}
+
+// withoutHangups passes on every signal but SIGHUP, which it logs. The RTE reads its settings
+// once, at start, so a reload has nothing to do; and a terminal hang-up or a careless kill -HUP
+// must not cut running jobs. The forwarding ends when quit closes.
+func withoutHangups(sigs <-chan os.Signal, quit <-chan struct{}, logger *zap.Logger) <-chan os.Signal {
+	out := make(chan os.Signal, 2)
+	go func() {
+		for {
+			var sig os.Signal
+			select {
+			case sig = <-sigs:
+			case <-quit:
+				return
+			}
+			if sig == syscall.SIGHUP {
+				logger.Info("SIGHUP ignored: settings are read once, at start; restart the RTE to change them (SIGTERM drains)")
+				continue
+			}
+			select {
+			case out <- sig:
+			case <-quit:
+				return
+			}
+		}
+	}()
+	return out
 }
 
 // drain stops taking jobs, lets running ones finish for grace, then stops the rest (they end

@@ -12,6 +12,11 @@
 #     {"_af_truncated": true, "original_bytes": N, "preview": "<first PREVIEW_BYTES of JSON>"}.
 #   - no line is longer than MAX_LINE_BYTES (the newline included).
 #   - a failure inside the plugin never fails the playbook: it becomes a "warning" event.
+#   - each event carries ansible-runner's stdout, start_line, end_line, runner_ident and pid:
+#     the text ansible displayed since the previous event (the stdout callback runs before this
+#     plugin for the same call, so that is the event's own display text) and its line range
+#     [start_line, end_line) counted from the first line displayed after this plugin loaded.
+#     stdout over MAX_RES_BYTES is cut to its first MAX_RES_BYTES; the range still counts all.
 
 import codecs
 import datetime
@@ -27,6 +32,7 @@ from collections.abc import Mapping
 
 from ansible import constants as C
 from ansible.plugins.callback import CallbackBase
+from ansible.utils.color import stringc
 
 DOCUMENTATION = '''
     name: af_events
@@ -42,6 +48,8 @@ DOCUMENTATION = '''
 '''
 
 ENV_FD = 'AF_EVENTS_FD'
+# The rte runner names the job in every process of it; it is the events' runner_ident.
+ENV_JOB_ID = 'AF_JOB_ID'
 MAX_RES_BYTES = 65536
 MAX_LINE_BYTES = 4194304
 PREVIEW_BYTES = 4096
@@ -180,6 +188,11 @@ class CallbackModule(CallbackBase):
         self._play = None
         self._play_event_uuid = None
         self._task = None
+        self._ident = os.environ.get(ENV_JOB_ID, '')
+        # Text displayed since the last event and the lines displayed before it. Both are
+        # guarded by the display's own lock, which also orders the writes to stdout.
+        self._shown = []
+        self._lines = 0
 
         raw = os.environ.pop(ENV_FD, '')
         if not raw:
@@ -232,14 +245,15 @@ class CallbackModule(CallbackBase):
             if self._fd is None:
                 return
             counter = self._counter + 1
+            shown = self._take_shown()
             try:
                 try:
-                    line = self._line(counter, event, event_data, event_uuid, parent_uuid)
+                    line = self._line(counter, event, event_data, event_uuid, parent_uuid, shown)
                 except Exception as e:
                     line = self._line(counter, 'warning', {
                         'message': 'af_events: cannot encode %s event: %s' % (event, _bounded_text(e)),
                         'source': 'af_events',
-                    }, None, parent_uuid)
+                    }, None, parent_uuid, shown)
             except Exception:
                 return
             self._counter = counter
@@ -252,14 +266,33 @@ class CallbackModule(CallbackBase):
                 self._display.warning('af_events: events channel failed (%s); structured events are off '
                                       'for the rest of this run' % e)
 
-    def _line(self, counter, event, event_data, event_uuid, parent_uuid):
+    def _take_shown(self):
+        """Return the text displayed since the last event and its line range."""
+        with self._display._lock:
+            text = ''.join(self._shown)
+            self._shown = []
+            start = self._lines
+            self._lines += text.count('\n')
+            return text, start, self._lines
+
+    def _line(self, counter, event, event_data, event_uuid, parent_uuid, shown):
+        text, start, end = shown
+        shown = _dumps(text)
+        if len(shown) > MAX_RES_BYTES:
+            # Six bytes a character at most (a \u escape), so the cut fits.
+            shown = _dumps(text[:MAX_RES_BYTES // 6])
         head = _dumps({
             'event': event,
             'uuid': event_uuid or str(uuid.uuid4()),
             'parent_uuid': parent_uuid or '',
             'counter': counter,
             'created': _now(),
+            'start_line': start,
+            'end_line': end,
+            'runner_ident': self._ident,
+            'pid': self._pid,
         })
+        head = head[:-1] + b',"stdout":' + shown + b'}'
         parts = []
         for key, value in event_data.items():
             encoded = _dumps(_plain(value))
@@ -286,18 +319,32 @@ class CallbackModule(CallbackBase):
         # the original so stderr is unchanged. Only the message is taken from the call, so a
         # later ansible-core with more parameters still works.
         display = self._display
+        original_display = display.display
         original_warning = display.warning
         original_deprecated = display.deprecated
 
+        def display_text(msg, *args, **kwargs):
+            # Noted and written under the display's lock, so the order of the noted text is
+            # the order on stdout. Never take self._lock here: _emit takes it before this one.
+            with display._lock:
+                try:
+                    self._note_shown(msg, *args, **kwargs)
+                except Exception:
+                    pass
+                return original_display(msg, *args, **kwargs)
+
         def warning(*args, **kwargs):
+            # Shown first, so the warning's text is in its own event's stdout.
+            result = original_warning(*args, **kwargs)
             try:
                 msg = args[0] if args else kwargs.get('msg', '')
                 self._on_display('warning', {'message': msg})
             except Exception:
                 pass
-            return original_warning(*args, **kwargs)
+            return result
 
         def deprecated(*args, **kwargs):
+            result = original_deprecated(*args, **kwargs)
             try:
                 if kwargs.get('removed') or getattr(C, 'DEPRECATION_WARNINGS', True):
                     data = {'message': args[0] if args else kwargs.get('msg', '')}
@@ -307,10 +354,23 @@ class CallbackModule(CallbackBase):
                     self._on_display('deprecated', data)
             except Exception:
                 pass
-            return original_deprecated(*args, **kwargs)
+            return result
 
+        display.display = display_text
         display.warning = warning
         display.deprecated = deprecated
+
+    def _note_shown(self, msg, color=None, stderr=False, screen_only=False, log_only=False, newline=True):
+        """Note the text Display.display is about to write, exactly as it writes it."""
+        # A forked worker's display goes through a queue to this process, which shows it.
+        if log_only or self._display._final_q or os.getpid() != self._pid:
+            return
+        text = msg[:-1] if msg.endswith('\n') else msg
+        if color:
+            text = stringc(text, color)
+        if msg.endswith('\n') or newline:
+            text += '\n'
+        self._shown.append(text)
 
     def _on_display(self, event, data):
         # Ansible shows a repeated warning once; so do we.

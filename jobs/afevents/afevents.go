@@ -136,6 +136,14 @@ type Event struct {
 	Counter    int             `json:"counter"`
 	Created    time.Time       `json:"created"`
 	EventData  json.RawMessage `json:"event_data"`
+	// As ansible-runner has them: the text ansible displayed for this event (cut to
+	// MaxResBytes), its lines [StartLine, EndLine) in the job's output counted from the first
+	// line displayed after the plugin loaded, the job id and ansible-playbook's pid.
+	Stdout      string `json:"stdout"`
+	StartLine   int    `json:"start_line"`
+	EndLine     int    `json:"end_line"`
+	RunnerIdent string `json:"runner_ident"`
+	PID         int    `json:"pid"`
 }
 
 // ParseEvent decodes one line (a trailing newline is allowed) and checks the fields every
@@ -161,6 +169,9 @@ func ParseEvent(line []byte) (Event, error) {
 	}
 	if ev.Created.IsZero() {
 		problems = append(problems, "created is missing")
+	}
+	if ev.StartLine < 0 || ev.EndLine < ev.StartLine {
+		problems = append(problems, fmt.Sprintf("lines %d to %d are no range", ev.StartLine, ev.EndLine))
 	}
 	var data map[string]json.RawMessage
 	if len(ev.EventData) == 0 || json.Unmarshal(ev.EventData, &data) != nil || data == nil {

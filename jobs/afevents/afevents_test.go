@@ -52,6 +52,13 @@ func requireAnsible(t *testing.T) string {
 // installed in a temporary directory and its events on a pipe passed as fd 3.
 func runPlaybook(t *testing.T, playbook, inventory string, extraEnv ...string) ansibleRun {
 	t.Helper()
+	return runPlaybookOutput(t, false, playbook, inventory, extraEnv...)
+}
+
+// runPlaybookOutput is runPlaybook; with combined, stdout and stderr share one pipe, as in the
+// RTE, so ansibleRun.stdout is the job's output in the order it was written.
+func runPlaybookOutput(t *testing.T, combined bool, playbook, inventory string, extraEnv ...string) ansibleRun {
+	t.Helper()
 	bin := requireAnsible(t)
 	work := t.TempDir()
 	pluginDir, err := afevents.Install(filepath.Join(work, "plugins"))
@@ -88,6 +95,9 @@ func runPlaybook(t *testing.T, playbook, inventory string, extraEnv ...string) a
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout = &stdout
 	cmd.Stderr = &stderr
+	if combined {
+		cmd.Stderr = &stdout // the same writer: os/exec gives the child one pipe for both
+	}
 
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -516,26 +526,47 @@ func TestPlaybookEvents(t *testing.T) {
 	})
 }
 
-func TestUnreachableHostJSONStdout(t *testing.T) {
+// TestUnreachableHostOnelineStdout runs the plugin beside a stdout callback other than default:
+// oneline, which ships with ansible-core (the json one lives in the ansible.posix collection,
+// which Debian's ansible-core does not carry). Its stdout is one line per host result and
+// nothing else, so any byte the plugin wrote to stdout would show.
+func TestUnreachableHostOnelineStdout(t *testing.T) {
 	t.Parallel()
 	// Port 1 on loopback refuses the connection, so the host is unreachable at once. Host key
 	// checking is off for this run only, as the refused host has no key to check.
 	r := runPlaybook(t, "unreachable.yml",
 		"dead ansible_host=127.0.0.1 ansible_port=1 ansible_connection=ssh ansible_user=rte-test ansible_python_interpreter=/usr/bin/python3\n"+
 			"[batch]\nb1 ansible_connection=local ansible_python_interpreter=/usr/bin/python3\nb2 ansible_connection=local ansible_python_interpreter=/usr/bin/python3\n",
-		"ANSIBLE_STDOUT_CALLBACK=json", "ANSIBLE_HOST_KEY_CHECKING=False")
+		"ANSIBLE_STDOUT_CALLBACK=oneline", "ANSIBLE_HOST_KEY_CHECKING=False")
 	if r.exitCode != 4 {
 		t.Fatalf("ansible-playbook exit code %d, want 4 (host unreachable)\nstderr:\n%s", r.exitCode, r.stderr)
 	}
 	checkStream(t, r)
 
-	// With the json stdout callback, stdout must be exactly its one JSON document.
-	var doc struct {
-		Plays []json.RawMessage
-		Stats map[string]json.RawMessage
+	// stdout must be exactly oneline's lines, one per host result in the events' order.
+	var want []string
+	for i, ev := range r.events {
+		switch ev.Event {
+		case "runner_on_ok":
+			want = append(want, r.str(i, "host")+" | SUCCESS => ")
+		case "runner_on_unreachable":
+			var res struct{ Msg string }
+			r.field(t, i, "res", &res)
+			want = append(want, r.str(i, "host")+" | UNREACHABLE!: "+res.Msg)
+		case "runner_on_failed", "runner_on_skipped":
+			t.Fatalf("unexpected %s [%s]; events: %s", ev.Event, r.str(i, "task"), r.names())
+		}
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil || len(doc.Plays) == 0 || doc.Stats["dead"] == nil {
-		t.Fatalf("stdout is not the json callback's document (err %v):\n%.2000s", err, r.stdout)
+	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("stdout has %d lines, want %d (one per host result):\n%.2000s", len(lines), len(want), r.stdout)
+	}
+	for i, line := range lines {
+		// A success line ends with the result as one-line JSON; an unreachable one is exact.
+		ok := line == want[i] || strings.HasSuffix(want[i], "=> ") && strings.HasPrefix(line, want[i]+"{") && strings.HasSuffix(line, "}")
+		if !ok {
+			t.Errorf("stdout line %d = %q, want oneline's %q...", i+1, line, want[i])
+		}
 	}
 
 	i := r.one(t, "runner_on_unreachable", "ping the dead host")
@@ -902,4 +933,56 @@ func FuzzParseEvent(f *testing.F) {
 			t.Fatalf("ParseEvent accepted an invalid event: %+v", ev)
 		}
 	})
+}
+
+// TestEventLinesSliceTheOutput runs the richest test playbook with the default stdout callback
+// and stdout and stderr on one pipe, as the RTE runs jobs: each event's start_line and
+// end_line cut the job's output into exactly that event's stdout, the ranges follow each other
+// without gap or overlap, and runner_ident and pid say which job and process wrote them.
+func TestEventLinesSliceTheOutput(t *testing.T) {
+	t.Parallel()
+	// An existing HOME: ansible warns about a missing one while it starts, before it loads
+	// callbacks, and such early text is in no event (docs/protocol.md#events).
+	r := runPlaybookOutput(t, true, "main.yml", "local ansible_connection=local ansible_python_interpreter=/usr/bin/python3\n",
+		"ANSIBLE_STDOUT_CALLBACK=default", "AF_JOB_ID=job-lines-1", "HOME="+t.TempDir())
+	lines := strings.SplitAfter(r.stdout, "\n")
+	if lines[len(lines)-1] == "" {
+		lines = lines[:len(lines)-1]
+	}
+	next, pid := 0, r.events[0].PID
+	var shown strings.Builder
+	for _, ev := range r.events {
+		if ev.StartLine != next {
+			t.Fatalf("%s (counter %d) starts at line %d, want %d, where the previous event ended", ev.Event, ev.Counter, ev.StartLine, next)
+		}
+		if ev.EndLine > len(lines) {
+			t.Fatalf("%s (counter %d) ends at line %d; the output has %d lines:\n%s", ev.Event, ev.Counter, ev.EndLine, len(lines), r.stdout)
+		}
+		if got := strings.Join(lines[ev.StartLine:ev.EndLine], ""); got != ev.Stdout {
+			t.Fatalf("%s (counter %d): lines %d-%d of the output are\n%q\nbut its stdout is\n%q", ev.Event, ev.Counter, ev.StartLine, ev.EndLine, got, ev.Stdout)
+		}
+		if ev.RunnerIdent != "job-lines-1" || ev.PID != pid || pid <= 0 {
+			t.Fatalf("%s (counter %d): runner_ident %q pid %d, want job-lines-1 and one pid for the run", ev.Event, ev.Counter, ev.RunnerIdent, ev.PID)
+		}
+		next = ev.EndLine
+		shown.WriteString(ev.Stdout)
+	}
+	if next != len(lines) || shown.String() != r.stdout {
+		t.Fatalf("the events' stdout joined is not the job's output: the events cover %d of %d lines", next, len(lines))
+	}
+	// The text is where a reader expects it: a task's banner on its task start, a host's
+	// result on its runner event, the recap on the stats.
+	for _, c := range []struct{ event, task, says string }{
+		{"playbook_on_task_start", "", "TASK ["},
+		{"runner_on_ok", "", "ok: [local]"},
+		{"playbook_on_stats", "", "PLAY RECAP"},
+	} {
+		i := r.find(c.event, c.task)
+		if len(i) == 0 || !strings.Contains(r.events[i[0]].Stdout, c.says) {
+			t.Errorf("the first %s event's stdout does not say %q", c.event, c.says)
+		}
+	}
+	if strings.Contains(r.stdout, canary) {
+		t.Errorf("the no_log secret is in the output")
+	}
 }

@@ -18,6 +18,12 @@
 //   - values JSON cannot hold are converted: bytes and undecodable text to UTF-8 with U+FFFD,
 //     sets and tuples to arrays, dates to ISO 8601, NaN and infinities to null, vaulted strings
 //     to {"__ansible_vault": ciphertext} (never decrypted);
+//   - stdout is the text ansible displayed since the previous event (the stdout callback runs
+//     just before the plugin for the same call), cut to MaxResBytes; [start_line, end_line) is
+//     its line range, so in counter order the events' stdout is ansible's output from the first
+//     line displayed after the plugin loaded (the plugin wraps the shared Display and notes
+//     each text under the display's lock, in the order it is written); runner_ident is
+//     AF_JOB_ID and pid ansible-playbook's;
 //   - an error inside the plugin never fails the playbook: it becomes a "warning" event whose
 //     event_data has "source": "af_events". If the channel breaks (the reader closed it), the
 //     plugin stops writing and the playbook goes on; the last line may then be cut short.
