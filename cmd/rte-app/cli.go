@@ -258,11 +258,12 @@ func approveCmd(ctx context.Context, c *command, args []string) error {
 // clearWaitingCmd rejects every registration request no admin decided on yet, at once.
 func clearWaitingCmd(ctx context.Context, c *command, args []string) error {
 	reason := c.fs.String("reason", "", "why, for the app's log and the waiting RTEs")
-	if err := c.fs.Parse(args); err != nil {
-		return usageError{err}
+	pos, err := parseArgs(c.fs, args)
+	if err != nil {
+		return err
 	}
-	if c.fs.NArg() > 0 {
-		return usageError{fmt.Errorf("clear-waiting takes no arguments, got %s", quote(c.fs.Arg(0)))}
+	if len(pos) > 0 {
+		return usageError{fmt.Errorf("clear-waiting takes no arguments, got %s", quote(pos[0]))}
 	}
 	cl, err := c.client()
 	if err != nil {

@@ -10,10 +10,11 @@ import (
 
 // commandHelp is each command's synopsis and what it does: the head of its -h/--help answer.
 var commandHelp = map[string]struct{ synopsis, what string }{
-	"serve":   {"", "Run the reference app: registration, the admin API and page, dispatch. Settings come from the environment (docs/reference-app.md)."},
-	"runners": {"[flags]", "List the runners with their fingerprints and connection."},
-	"approve": {"[flags] NAME", "Approve a runner; with --fingerprint, only if that certificate is the one waiting."},
-	"reject":  {"[flags] NAME", "Reject and remove a runner."},
+	"serve":         {"", "Run the reference app: registration, the admin API and page, dispatch. Settings come from the environment (docs/reference-app.md)."},
+	"runners":       {"[flags]", "List the runners with their fingerprints and connection."},
+	"approve":       {"[flags] NAME", "Approve a runner; with --sha256 (or --fingerprint), only if that certificate is the one waiting."},
+	"reject":        {"[flags] NAME", "Reject and remove a runner."},
+	"clear-waiting": {"[flags]", "Reject every registration request still waiting for an admin, at once."},
 	"run": {"--runner NAME --playbook FILE [flags]", "Run a playbook and follow it to its end; the exit status is the job's.\n" +
 		"ansible-playbook's short flags work too: -i INVENTORY, -e EXTRA_VARS, -l LIMIT, -t TAGS, -v ... -vvvvvv."},
 	"follow": {"[flags] JOB", "Follow a job from its first record to its end; the exit status is the job's."},
