@@ -258,12 +258,8 @@ func approveCmd(ctx context.Context, c *command, args []string) error {
 // clearWaitingCmd rejects every registration request no admin decided on yet, at once.
 func clearWaitingCmd(ctx context.Context, c *command, args []string) error {
 	reason := c.fs.String("reason", "", "why, for the app's log and the waiting RTEs")
-	pos, err := parseArgs(c.fs, args)
-	if err != nil {
+	if err := noArgs(c.fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usageError{fmt.Errorf("clear-waiting takes no arguments, got %s", quote(pos[0]))}
 	}
 	cl, err := c.client()
 	if err != nil {
