@@ -78,15 +78,16 @@ CMD ["serve"]
 # ---- rte: the runtime environment ----------------------------------------------------------
 FROM ${DEBIAN_IMAGE} AS rte
 # ansible-core brings python3, which the health check uses too. tini is PID 1: ansible leaves
-# orphans (ssh control masters, async tasks) that only an init reaps.
+# orphans (ssh control masters, async tasks) that only an init reaps. The spool and the key are
+# 0700: job output and the private key are the RTE user's alone (a new named volume takes the
+# mode of the directory it is mounted on).
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       ansible-core openssh-client ca-certificates tini \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin \
  && useradd --system --uid 10001 --user-group --home-dir /home/rte --create-home --shell /usr/sbin/nologin rte \
- && install -d -o rte -g rte -m 0700 /home/rte/.ssh \
- && install -d -o rte -g rte -m 0750 /var/lib/rte /var/lib/rte/spool /var/lib/rte/cache \
-      /var/lib/rte/certificates /var/lib/rte/jobs
+ && install -d -o rte -g rte -m 0700 /home/rte/.ssh /var/lib/rte/spool /var/lib/rte/certificates \
+ && install -d -o rte -g rte -m 0750 /var/lib/rte /var/lib/rte/cache /var/lib/rte/jobs
 COPY --from=build /out/rte /usr/local/bin/rte
 COPY deploy/image/rte-live /usr/local/bin/rte-live
 # Every path is absolute, so the RTE does the same whatever its working directory.
