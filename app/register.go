@@ -248,6 +248,17 @@ func (a *App) register(ctx context.Context, reg registration, remoteAddr string)
 	}
 	// The join token approves first joins only: a changed certificate always needs an admin.
 	switch {
+	case joined && r.Certificate == nil && r.CertificateSHA256 == "" && reg.der != nil &&
+		isHTTPS(r.URL) && isHTTPS(reg.url) && (r.State == StateApproved || r.State == StateWaiting):
+		// Added by hand or seed without a fingerprint and never pinned: this is the runner's first
+		// join, and an RTE holding both its token and the app's join token is as trusted as one
+		// joining anew. Without this, a seeded runner (compose, Helm) whose certificate is made on
+		// its first start would wait for an admin although the operator declared both secrets.
+		// A dial that met the certificate first left it pending; it is replaced by this one.
+		reg.applyTo(r, remoteAddr, now)
+		r.State, r.Certificate, r.PendingCertificate = StateApproved, reg.der, nil
+		return put(r, approved)
+
 	case r.Certificate == nil && r.State == StateApproved && isHTTPS(r.URL) && reg.der != nil:
 		// Added by hand or seed and never pinned: this registration is the first certificate
 		// the app meets for it.

@@ -495,6 +495,74 @@ func TestRegisterRunnerAddedByHand(t *testing.T) {
 			t.Errorf("runner is %s, want waiting with the presented certificate pending", r.State)
 		}
 	})
+	t.Run("no pin, with the join token: pinned at once", func(t *testing.T) {
+		ta := newTestApp(t, nil)
+		add(t, ta, "")
+		req := baseRequest(cert)
+		req.JoinToken = testJoin
+		if status, resp := ta.register(t, req); status != http.StatusCreated || resp.State != protocol.StateApproved {
+			t.Fatalf("got %d %+v, want 201 approved", status, resp)
+		}
+		r := ta.runner(t, "rte01")
+		if r.State != app.StateApproved || !bytes.Equal(r.Certificate, cert.der) || r.PendingCertificate != nil {
+			t.Errorf("runner is %s, pinned %v, pending %v; want approved with the sent certificate pinned and nothing pending",
+				r.State, bytes.Equal(r.Certificate, cert.der), r.PendingCertificate != nil)
+		}
+		// A restart registers the same certificate again: still approved, no admin needed.
+		if status, _ := ta.register(t, baseRequest(cert)); status != http.StatusCreated {
+			t.Errorf("the same certificate again got %d, want 201", status)
+		}
+		// Once pinned, the join token approves no other certificate.
+		req = baseRequest(other)
+		req.JoinToken = testJoin
+		if status, resp := ta.register(t, req); status != http.StatusConflict {
+			t.Errorf("another certificate with the join token got %d %+v, want 409", status, resp)
+		}
+	})
+	t.Run("no pin, a dial met the certificate first, then the join token", func(t *testing.T) {
+		ta := newTestApp(t, nil)
+		add(t, ta, "")
+		// What holdForApproval leaves after a trust-on-first-use dial: waiting, approved before.
+		r := ta.runner(t, "rte01")
+		r.State, r.PendingCertificate = app.StateWaiting, other.der
+		if err := ta.store.PutRunner(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+		req := baseRequest(cert)
+		req.JoinToken = testJoin
+		if status, resp := ta.register(t, req); status != http.StatusCreated {
+			t.Fatalf("got %d %+v, want 201", status, resp)
+		}
+		if r := ta.runner(t, "rte01"); r.State != app.StateApproved || !bytes.Equal(r.Certificate, cert.der) || r.PendingCertificate != nil {
+			t.Errorf("runner is %s, pinned %v, pending %v; want approved with the registered certificate pinned",
+				r.State, bytes.Equal(r.Certificate, cert.der), r.PendingCertificate != nil)
+		}
+	})
+	t.Run("join token does not override a configured fingerprint", func(t *testing.T) {
+		ta := newTestApp(t, nil)
+		add(t, ta, protocol.CertificateSHA256(other.der))
+		req := baseRequest(cert)
+		req.JoinToken = testJoin
+		if status, resp := ta.register(t, req); status != http.StatusConflict {
+			t.Fatalf("got %d %+v, want 409: the operator named another certificate", status, resp)
+		}
+		if r := ta.runner(t, "rte01"); r.Certificate != nil || r.State != app.StateWaiting {
+			t.Errorf("runner is %s, pinned %v; want waiting, nothing pinned", r.State, r.Certificate != nil)
+		}
+	})
+	t.Run("join token with another runner's token changes nothing", func(t *testing.T) {
+		ta := newTestApp(t, nil)
+		add(t, ta, "")
+		req := baseRequest(cert)
+		req.JoinToken = testJoin
+		req.Token = strings.Repeat("x", protocol.MinTokenLength+4)
+		if status, resp := ta.register(t, req); status != http.StatusConflict {
+			t.Fatalf("got %d %+v, want 409 for the wrong runner token", status, resp)
+		}
+		if r := ta.runner(t, "rte01"); r.Certificate != nil {
+			t.Error("a registration with the wrong runner token pinned a certificate")
+		}
+	})
 	t.Run("name of an outbound runner", func(t *testing.T) {
 		ta := newTestApp(t, nil)
 		if err := ta.AddRunner(context.Background(), &app.Runner{Name: "rte01", Mode: protocol.ModeOutbound, Token: testToken}); err != nil {
