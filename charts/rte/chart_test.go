@@ -11,6 +11,7 @@ package chart_test
 import (
 	"fmt"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -356,6 +357,19 @@ func checkInvariants(t *testing.T, r rendered) {
 		}
 	}
 
+	// What must survive a restart is on the pod's claim, at the image's VOLUME paths.
+	if len(sts.Spec.VolumeClaimTemplates) > 0 {
+		keep := []string{envValue(t, c, "RTE_SPOOL_PATH")}
+		if envValue(t, c, "HTTPS") == "1" {
+			keep = append(keep, filepath.Dir(envValue(t, c, "HTTPS_CERT")), filepath.Dir(envValue(t, c, "HTTPS_KEY")))
+		}
+		for _, p := range keep {
+			if m := mountAt(c, p); m == nil || m.Name != sts.Spec.VolumeClaimTemplates[0].Name {
+				t.Errorf("%s is on mount %+v, want the pod's claim %s mounted there", p, m, sts.Spec.VolumeClaimTemplates[0].Name)
+			}
+		}
+	}
+
 	// Each pod is its own runner, at its own address.
 	if got := envValue(t, c, "RTE_NAME"); got != "$(POD_NAME)" {
 		t.Errorf("RTE_NAME %q, want $(POD_NAME)", got)
@@ -371,6 +385,16 @@ func checkInvariants(t *testing.T, r rendered) {
 	} else if _, ok := envVar(c, "RTE_URL"); ok {
 		t.Errorf("RTE_URL set in outbound mode, where the RTE warns that it is unused")
 	}
+}
+
+// mountAt returns the container's mount at exactly path, or nil.
+func mountAt(c *corev1.Container, path string) *corev1.VolumeMount {
+	for i := range c.VolumeMounts {
+		if c.VolumeMounts[i].MountPath == path {
+			return &c.VolumeMounts[i]
+		}
+	}
+	return nil
 }
 
 // under returns the mount (by name) that holds path, or "".
@@ -524,18 +548,18 @@ func TestRenderMatrix(t *testing.T) {
 			if envValue(t, c, "RTE_MAX_JOBS") != "0" || *r.sts.Spec.Replicas != 3 {
 				t.Errorf("RTE_MAX_JOBS %s replicas %d, want 0 and 3", envValue(t, c, "RTE_MAX_JOBS"), *r.sts.Spec.Replicas)
 			}
-			if envValue(t, c, "RTE_CACHE_PATH") != "/var/lib/rte/shared-cache" {
-				t.Errorf("RTE_CACHE_PATH %s, want the shared cache", envValue(t, c, "RTE_CACHE_PATH"))
-			}
 			if len(r.claims) != 1 || r.claims[0].Spec.AccessModes[0] != corev1.ReadWriteMany || *r.claims[0].Spec.StorageClassName != "nfs" {
 				t.Fatalf("shared cache claims %v, want one ReadWriteMany of class nfs", r.claims)
 			}
-			var shared bool
+			shared := ""
 			for _, v := range r.sts.Spec.Template.Spec.Volumes {
-				shared = shared || (v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == r.claims[0].Name)
+				if v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == r.claims[0].Name {
+					shared = v.Name
+				}
 			}
-			if !shared {
-				t.Errorf("no pod volume uses the shared claim %s", r.claims[0].Name)
+			cache := envValue(t, c, "RTE_CACHE_PATH")
+			if m := mountAt(c, cache); shared == "" || m == nil || m.Name != shared || m.SubPath != "" {
+				t.Errorf("RTE_CACHE_PATH %s is on mount %+v, want the whole shared claim %s (volume %q)", cache, m, r.claims[0].Name, shared)
 			}
 			if sc := r.sts.Spec.VolumeClaimTemplates[0].Spec.StorageClassName; sc == nil || *sc != "" {
 				t.Errorf("storageClass \"-\" must render storageClassName \"\", got %v", sc)
