@@ -2,6 +2,7 @@ package chart_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -55,7 +56,9 @@ func TestPodRunsInDocker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 
-	// The images: scripts/image reuses its base and Docker's layer cache, so a second run is quick.
+	// The images: scripts/image reuses its base and Docker's layer cache, so a second run is
+	// quick. It tags them IMAGE_TAG, dev by default; the test runs what it tagged.
+	tag := cmp.Or(os.Getenv("IMAGE_TAG"), "dev")
 	build := exec.CommandContext(ctx, script, "rte", "rte-app") // the managed host is not needed
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
@@ -66,6 +69,7 @@ func TestPodRunsInDocker(t *testing.T) {
 	adminToken := randomHex(t, 16)
 	rteToken := randomHex(t, 16)
 	rel, err := install(t, values(t,
+		"image.tag", tag,
 		"appUrl", "http://app:8080",
 		"token.value", rteToken,
 		"maxJobs", 2,
@@ -85,7 +89,7 @@ func TestPodRunsInDocker(t *testing.T) {
 
 	app := "rte-chart-app-" + id
 	docker(t, ctx, "run", "-d", "--name", app, "--network", network, "--network-alias", "app",
-		"-e", "APP_ADMIN_TOKEN="+adminToken, "-e", "LOG_FORMAT=console", "-p", "127.0.0.1::8080", "rte-app:dev")
+		"-e", "APP_ADMIN_TOKEN="+adminToken, "-e", "LOG_FORMAT=console", "-p", "127.0.0.1::8080", "rte-app:"+tag)
 	t.Cleanup(func() { removeContainer(t, app) })
 	api := &appAPI{base: "http://" + publishedAddr(t, ctx, app, "8080/tcp"), token: adminToken}
 
@@ -239,7 +243,7 @@ func newPod(t *testing.T, r rendered, id string) *dockerPod {
 		case "claim":
 			vol := strings.Join([]string{"rte-chart", m.Name, podName, strings.ReplaceAll(m.SubPath, "/", "-"), id}, "-")
 			args = append(args, "--mount", "type=volume,source="+vol+",destination="+m.MountPath+",volume-nocopy=true")
-			claimVolume(t, vol, psc.FSGroup)
+			claimVolume(t, vol, psc.FSGroup, c.Image)
 		default:
 			t.Fatalf("mount %s at %s: no volume of that name", m.Name, m.MountPath)
 		}
@@ -271,14 +275,14 @@ func newPod(t *testing.T, r rendered, id string) *dockerPod {
 
 // claimVolume makes a named volume as the kubelet hands a claim (or a subPath of it) to a pod
 // with an fsGroup: owned by that group, group-writable, new files inheriting the group.
-func claimVolume(t *testing.T, vol string, fsGroup *int64) {
+func claimVolume(t *testing.T, vol string, fsGroup *int64, image string) {
 	t.Helper()
 	docker(t, context.Background(), "volume", "create", vol)
 	t.Cleanup(func() { dockerQuiet("volume", "rm", "-f", vol) })
 	if fsGroup == nil {
 		return
 	}
-	docker(t, context.Background(), "run", "--rm", "--user", "0", "--entrypoint", "sh", "-v", vol+":/claim", "rte:dev",
+	docker(t, context.Background(), "run", "--rm", "--user", "0", "--entrypoint", "sh", "-v", vol+":/claim", image,
 		"-c", fmt.Sprintf("chgrp %d /claim && chmod 2775 /claim", *fsGroup))
 }
 
