@@ -352,7 +352,7 @@ func checkInvariants(t *testing.T, r rendered) {
 		writes = append(writes, envValue(t, c, "HTTPS_CERT"), envValue(t, c, "HTTPS_KEY"))
 	}
 	for _, p := range writes {
-		if under(p, mounts) == "" {
+		if mountHolding(c, p) == nil {
 			t.Errorf("%s is written by the RTE but lies on the read-only root filesystem (mounts %v)", p, mounts)
 		}
 	}
@@ -364,8 +364,8 @@ func checkInvariants(t *testing.T, r rendered) {
 			keep = append(keep, filepath.Dir(envValue(t, c, "HTTPS_CERT")), filepath.Dir(envValue(t, c, "HTTPS_KEY")))
 		}
 		for _, p := range keep {
-			if m := mountAt(c, p); m == nil || m.Name != sts.Spec.VolumeClaimTemplates[0].Name {
-				t.Errorf("%s is on mount %+v, want the pod's claim %s mounted there", p, m, sts.Spec.VolumeClaimTemplates[0].Name)
+			if m := mountHolding(c, p); m == nil || m.Name != sts.Spec.VolumeClaimTemplates[0].Name {
+				t.Errorf("%s is on mount %+v, want it on the pod's claim %s", p, m, sts.Spec.VolumeClaimTemplates[0].Name)
 			}
 		}
 	}
@@ -397,15 +397,17 @@ func mountAt(c *corev1.Container, path string) *corev1.VolumeMount {
 	return nil
 }
 
-// under returns the mount (by name) that holds path, or "".
-func under(path string, mounts map[string]string) string {
-	best := ""
-	for mp := range mounts {
-		if (path == mp || strings.HasPrefix(path, strings.TrimSuffix(mp, "/")+"/")) && len(mp) > len(best) {
-			best = mp
+// mountHolding returns the container's mount that holds path (the deepest), or nil.
+func mountHolding(c *corev1.Container, path string) *corev1.VolumeMount {
+	var best *corev1.VolumeMount
+	for i := range c.VolumeMounts {
+		m := &c.VolumeMounts[i]
+		if (path == m.MountPath || strings.HasPrefix(path, strings.TrimSuffix(m.MountPath, "/")+"/")) &&
+			(best == nil || len(m.MountPath) > len(best.MountPath)) {
+			best = m
 		}
 	}
-	return mounts[best]
+	return best
 }
 
 func atoi(t *testing.T, s string) int64 {

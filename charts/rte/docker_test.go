@@ -53,7 +53,9 @@ func TestPodRunsInDocker(t *testing.T) {
 	if out, err := exec.Command("docker", "version", "--format", "{{.Server.Version}}").CombinedOutput(); err != nil {
 		t.Skipf("no Docker engine answers (docker version: %v: %s): the pod spec is not run in Docker", err, bytes.TrimSpace(out))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	// A cold build of the images (no layer cached) downloads every module and compiles the
+	// binaries, which took over 15 minutes on a loaded 2-core machine; the rest takes about one.
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
 	defer cancel()
 
 	// The images: scripts/image reuses its base and Docker's layer cache, so a second run is
@@ -134,6 +136,14 @@ type dockerPod struct {
 	cert  string   // HTTPS_CERT inside the container
 	probe map[string]*corev1.Probe
 	ports map[string]int32 // the container's named ports
+	id    string           // this test's suffix of every Docker name
+
+	// The kubelet makes an emptyDir anew for each pod; start does so for each container.
+	emptyDirs []corev1.VolumeMount
+	fsGroup   *int64
+	image     string
+	tail      []string // the image and its arguments, after the options
+	starts    int
 }
 
 // newPod translates the StatefulSet's RTE container to docker run arguments, failing on any
@@ -152,6 +162,8 @@ func newPod(t *testing.T, r rendered, id string) *dockerPod {
 		alias: podName + "." + sts.Spec.ServiceName + "." + namespace + ".svc",
 		probe: map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe},
 		ports: map[string]int32{},
+		id:    id,
+		image: c.Image,
 	}
 	args := []string{"--hostname", podName, "--network", "rte-chart-" + id, "--network-alias", p.alias}
 
@@ -218,9 +230,11 @@ func newPod(t *testing.T, r rendered, id string) *dockerPod {
 
 	// Volumes: a claim template is kept in named Docker volumes that outlive the container, as a
 	// pod's claim outlives the pod, one per subPath (Docker 20.10 mounts no part of a volume):
-	// each is a directory of the claim, as the kubelet makes it. An emptyDir is a tmpfs, gone
-	// with the container. Docker's copy of the image's files into a new volume is turned off:
-	// Kubernetes does not do it, so the test must not depend on it.
+	// each is a directory of the claim, as the kubelet makes it. An emptyDir is a named volume
+	// made anew at each start (a tmpfs would take the mode of the image's directory beneath it,
+	// which the kubelet's emptyDir does not). Docker's copy of the image's files into a new
+	// volume is turned off: Kubernetes does not do it, so the test must not depend on it.
+	p.fsGroup = psc.FSGroup
 	kinds := map[string]string{}
 	for _, v := range spec.Volumes {
 		switch {
@@ -236,14 +250,15 @@ func newPod(t *testing.T, r rendered, id string) *dockerPod {
 	for _, m := range c.VolumeMounts {
 		switch kinds[m.Name] {
 		case "emptyDir":
-			if m.SubPath != "" {
-				t.Fatalf("mount %s: a subPath of an emptyDir is not translated", m.Name)
+			if m.SubPath != "" || m.ReadOnly {
+				t.Fatalf("mount %s: a subPath or read-only mount of an emptyDir is not translated", m.Name)
 			}
-			args = append(args, "--mount", "type=tmpfs,destination="+m.MountPath+",tmpfs-mode=1777")
+			p.emptyDirs = append(p.emptyDirs, m)
+			continue
 		case "claim":
 			vol := strings.Join([]string{"rte-chart", m.Name, podName, strings.ReplaceAll(m.SubPath, "/", "-"), id}, "-")
 			args = append(args, "--mount", "type=volume,source="+vol+",destination="+m.MountPath+",volume-nocopy=true")
-			claimVolume(t, vol, psc.FSGroup, c.Image)
+			prepareVolume(t, vol, psc.FSGroup, 0o2775, c.Image)
 		default:
 			t.Fatalf("mount %s at %s: no volume of that name", m.Name, m.MountPath)
 		}
@@ -265,30 +280,35 @@ func newPod(t *testing.T, r rendered, id string) *dockerPod {
 	if g := spec.TerminationGracePeriodSeconds; g != nil {
 		args = append(args, "--stop-timeout", fmt.Sprint(*g))
 	}
-	args = append(args, c.Image)
-	if len(c.Command) > 1 {
-		args = append(args, c.Command[1:]...)
-	}
-	p.args = append(args, c.Args...)
+	p.args = args
+	p.tail = append(append([]string{c.Image}, c.Command[min(1, len(c.Command)):]...), c.Args...)
 	return p
 }
 
-// claimVolume makes a named volume as the kubelet hands a claim (or a subPath of it) to a pod
-// with an fsGroup: owned by that group, group-writable, new files inheriting the group.
-func claimVolume(t *testing.T, vol string, fsGroup *int64, image string) {
+// prepareVolume makes a named volume as the kubelet hands a volume to a pod with an fsGroup:
+// owned by that group, group-writable, new files inheriting the group (mode 2775 for a claim's
+// directory, 2777 for an emptyDir).
+func prepareVolume(t *testing.T, vol string, fsGroup *int64, mode os.FileMode, image string) {
 	t.Helper()
 	docker(t, context.Background(), "volume", "create", vol)
 	t.Cleanup(func() { dockerQuiet("volume", "rm", "-f", vol) })
-	if fsGroup == nil {
-		return
+	script := fmt.Sprintf("chmod %o /volume", mode)
+	if fsGroup != nil {
+		script = fmt.Sprintf("chgrp %d /volume && %s", *fsGroup, script)
 	}
-	docker(t, context.Background(), "run", "--rm", "--user", "0", "--entrypoint", "sh", "-v", vol+":/claim", image,
-		"-c", fmt.Sprintf("chgrp %d /claim && chmod 2775 /claim", *fsGroup))
+	docker(t, context.Background(), "run", "--rm", "--user", "0", "--entrypoint", "sh", "-v", vol+":/volume", image, "-c", script)
 }
 
 func (p *dockerPod) start(t *testing.T, ctx context.Context) {
 	t.Helper()
-	docker(t, ctx, append([]string{"run", "-d", "--name", p.name}, p.args...)...)
+	p.starts++
+	args := append([]string{"run", "-d", "--name", p.name}, p.args...)
+	for _, m := range p.emptyDirs {
+		vol := fmt.Sprintf("rte-chart-%s-%s-%d-%s", m.Name, podName, p.starts, p.id)
+		prepareVolume(t, vol, p.fsGroup, 0o2777, p.image)
+		args = append(args, "--mount", "type=volume,source="+vol+",destination="+m.MountPath+",volume-nocopy=true")
+	}
+	docker(t, ctx, append(args, p.tail...)...)
 	t.Cleanup(func() { removeContainer(t, p.name) })
 }
 
