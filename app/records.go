@@ -93,7 +93,7 @@ func (a *App) read(ctx context.Context, lv *live, in chan<- protocol.Message, bu
 			// protocol.MaxBadMessages a minute) and never reaches the store.
 			a.out.refusals.Warn("unapproved runner sent a message it may not send yet",
 				zap.String("runner", peer.Runner), zap.String("type", m.Type()))
-			if err := peer.Conn.ReportBad(ctx, protocol.Error{Code: protocol.ErrUnexpected, Ref: refOf(m), Message: why}); err != nil {
+			if err := peer.Conn.ReportBad(ctx, protocol.Error{Code: protocol.ErrUnexpected, Ref: protocol.Ref(m), Message: why}); err != nil {
 				return
 			}
 			continue
@@ -127,21 +127,6 @@ func (a *App) approvedPeer(lv *live) bool {
 	}
 	op := a.out.peer(lv.peer.Runner)
 	return op != nil && op.conn == lv.peer.Conn && op.approved.Load()
-}
-
-// refOf is the job a message is about, for the ref of an error answering it.
-func refOf(m protocol.Message) string {
-	switch v := m.(type) {
-	case *protocol.Record:
-		return v.Job
-	case *protocol.JobAccepted:
-		return v.Job
-	case *protocol.JobRefused:
-		return v.Job
-	case *protocol.BundleWant:
-		return v.Job
-	}
-	return ""
 }
 
 // maxOwnedCache bounds live.owned: past it the cache starts over, costing a store lookup per

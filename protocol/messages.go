@@ -34,6 +34,35 @@ type Message interface {
 	Validate() error
 }
 
+// Ref is the job, request or bundle a message is about: what an Error answering it names in
+// its ref, so the peer can tell which of its messages was refused. "" for messages about the
+// socket as a whole.
+func Ref(m Message) string {
+	switch m := m.(type) {
+	case *Check:
+		return m.ID
+	case *CheckResult:
+		return m.ID
+	case *BundleEnd:
+		return m.Hash
+	case *BundleMissing:
+		return m.Hash
+	case *BundleWant:
+		return m.Job
+	case *Record:
+		return m.Job
+	case *JobAccepted:
+		return m.Job
+	case *JobRefused:
+		return m.Job
+	case *JobCancel:
+		return m.Job
+	case *JobStart:
+		return m.Job
+	}
+	return ""
+}
+
 // Hello is the RTE's first message on every socket.
 type Hello struct {
 	Protocol         int          `json:"protocol"`

@@ -288,7 +288,7 @@ func (s *session) handle(ctx context.Context, msg protocol.Message) (stop bool) 
 	case *protocol.Check:
 		s.onCheck(ctx, m)
 	default:
-		s.unexpected(ctx, refOf(m), m.Type()+": only the RTE sends this message, not the app")
+		s.unexpected(ctx, protocol.Ref(m), m.Type()+": only the RTE sends this message, not the app")
 	}
 	return false
 }
@@ -384,29 +384,6 @@ func (s *session) unexpected(ctx context.Context, ref, message string) {
 	s.m.met.bad.WithLabelValues(protocol.ErrUnexpected).Inc()
 	s.log.Warn("unexpected message from the app", zap.String("message", message), zap.String("ref", ref))
 	_ = s.conn.Send(ctx, &protocol.Error{Code: protocol.ErrUnexpected, Message: message, Ref: ref})
-}
-
-// refOf is the job or request a message is about, for an error's ref.
-func refOf(m protocol.Message) string {
-	switch m := m.(type) {
-	case *protocol.Check:
-		return m.ID
-	case *protocol.CheckResult:
-		return m.ID
-	case *protocol.BundleEnd:
-		return m.Hash
-	case *protocol.BundleMissing:
-		return m.Hash
-	case *protocol.BundleWant:
-		return m.Job
-	case *protocol.Record:
-		return m.Job
-	case *protocol.JobAccepted:
-		return m.Job
-	case *protocol.JobRefused:
-		return m.Job
-	}
-	return ""
 }
 
 // hello builds this socket's hello from the static fields and the current state.
