@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"fmt"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -23,6 +24,19 @@ const takeoverItems = 40
 func TestComposeHANodeKilled(t *testing.T) {
 	haTakeover(t, "killed", func(p *project, holder string) {
 		p.mustCompose(time.Minute, "kill", "-s", "SIGKILL", holder)
+	})
+}
+
+// TestComposeHANodeCutOff disconnects the node holding the RTE's socket from the store's network
+// (docker network disconnect) while a job runs: it can no longer renew its lease, the other node
+// takes the socket, the job ends, and every record is stored once, those the cut node received
+// but could not store among them (the RTE resends what no node acknowledged).
+func TestComposeHANodeCutOff(t *testing.T) {
+	haTakeover(t, "cut off from PostgreSQL", func(p *project, holder string) {
+		id := strings.TrimSpace(p.mustCompose(time.Minute, "ps", "-q", holder))
+		if out, err := exec.Command("docker", "network", "disconnect", p.name+"_store", id).CombinedOutput(); err != nil {
+			t.Fatalf("docker network disconnect %s_store %s: %v\n%s", p.name, holder, err, out)
+		}
 	})
 }
 
