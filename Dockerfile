@@ -3,6 +3,7 @@
 #   docker build --target rte     -t rte:dev .      the RTE (the last stage, so also the default)
 #   docker build --target rte-app -t rte-app:dev .  the reference app
 #   docker build --target host    -t rte-host:dev . a managed host with sshd, for compose and tests
+#   docker build --target postgres -t rte-postgres:dev .  PostgreSQL for several app nodes (compose's ha profile)
 #
 # The bases are the registries' own images, so this builds unchanged wherever one answers;
 # scripts/image makes stand-ins for them on a machine without a registry. Nothing secret is
@@ -10,6 +11,36 @@
 
 ARG GO_IMAGE=golang:1.26-bookworm
 ARG DEBIAN_IMAGE=debian:bookworm-slim
+
+# ---- postgres: the store of several app nodes ----------------------------------------------
+# Debian's PostgreSQL 15 on the same base as the other images, for compose's ha profile and the
+# tests. The package would make a cluster at install time, with a password nobody chose, baked
+# into the image; createcluster.conf stops that, and the entrypoint makes it in the volume at the
+# first start instead, with POSTGRES_PASSWORD from the environment. It comes before the build
+# stage because Docker's classic builder builds every stage before its target: built first, it
+# compiles no Go.
+FROM ${DEBIAN_IMAGE} AS postgres
+RUN mkdir -p /etc/postgresql-common \
+ && echo "create_main_cluster = false" >/etc/postgresql-common/createcluster.conf \
+ && apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends postgresql-15 tini \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin \
+ && install -d -o postgres -g postgres -m 0700 /var/lib/postgresql/data
+COPY deploy/image/postgres-entrypoint /usr/local/bin/postgres-entrypoint
+ENV PATH=/usr/lib/postgresql/15/bin:$PATH \
+    PGDATA=/var/lib/postgresql/data \
+    POSTGRES_USER=rte \
+    POSTGRES_DB=rte
+VOLUME /var/lib/postgresql/data
+USER postgres
+WORKDIR /var/lib/postgresql
+EXPOSE 5432
+# Over TCP, as the app nodes come: ready only once the server takes connections on the network.
+HEALTHCHECK --interval=2s --timeout=3s --start-period=30s --retries=15 \
+  CMD ["sh", "-c", "pg_isready --quiet --host=127.0.0.1 --username=\"$POSTGRES_USER\" --dbname=\"$POSTGRES_DB\""]
+# postgres stops cleanly on SIGINT (fast shutdown); SIGTERM would wait for every client to leave.
+STOPSIGNAL SIGINT
+ENTRYPOINT ["tini", "--", "postgres-entrypoint"]
 
 # ---- build: static binaries ------------------------------------------------------------------
 FROM ${GO_IMAGE} AS build

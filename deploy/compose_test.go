@@ -57,33 +57,40 @@ func needDocker(t *testing.T) {
 var (
 	composeOnce sync.Once
 	composeErr  error
-	imagesOnce  sync.Once
-	imagesErr   error
+	imagesMu    sync.Mutex
+	imagesErr   = map[string]error{} // by the targets asked for; present once built or failed
 )
 
-// buildImages runs scripts/image once per test binary: rte:dev, rte-app:dev and rte-host:dev.
-func buildImages(t *testing.T) {
+// buildImages runs scripts/image once per test binary for the targets given (none: all of them,
+// rte:dev, rte-app:dev, rte-host:dev and rte-postgres:dev).
+func buildImages(t *testing.T, targets ...string) {
 	t.Helper()
-	imagesOnce.Do(func() {
+	imagesMu.Lock()
+	defer imagesMu.Unlock()
+	key := strings.Join(targets, " ")
+	err, done := imagesErr[key]
+	if !done {
 		start := time.Now()
-		out, err := exec.Command("../scripts/image").CombinedOutput()
-		if err != nil {
-			imagesErr = fmt.Errorf("scripts/image: %v\n%s", err, out)
-			return
+		out, runErr := exec.Command("../scripts/image", targets...).CombinedOutput()
+		if runErr != nil {
+			err = fmt.Errorf("scripts/image %s: %v\n%s", key, runErr, out)
+		} else {
+			t.Logf("scripts/image %s took %s:\n%s", key, time.Since(start).Round(time.Second), bytes.TrimSpace(out))
 		}
-		t.Logf("scripts/image took %s:\n%s", time.Since(start).Round(time.Second), bytes.TrimSpace(out))
-	})
-	if imagesErr != nil {
-		t.Fatal(imagesErr)
+		imagesErr[key] = err
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
 // project is one compose project under a unique name, removed with its volumes at cleanup.
 type project struct {
-	t       *testing.T
-	name    string
-	files   []string
-	appAddr string // host:port of the app's published port, once asked
+	t        *testing.T
+	name     string
+	files    []string
+	profiles []string // given to every compose command, so down removes their services too
+	appAddr  string   // host:port of the app's published port, once asked
 }
 
 func newProject(t *testing.T, files ...string) *project {
@@ -110,11 +117,14 @@ func (p *project) compose(ctx context.Context, args ...string) (string, error) {
 		full = append(full, "-f", f)
 	}
 	full = append(full, "--env-file", exampleEnv)
+	for _, pr := range p.profiles {
+		full = append(full, "--profile", pr)
+	}
 	full = append(full, args...)
 	cmd := exec.CommandContext(ctx, "docker", full...)
-	// The example's values, but the app published on a port Docker picks, so that projects
+	// The example's values, but the apps published on ports Docker picks, so that projects
 	// running at once do not collide (appAddr asks which).
-	cmd.Env = append(os.Environ(), "APP_PORT=0")
+	cmd.Env = append(os.Environ(), "APP_PORT=0", "APP_B_PORT=0")
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
@@ -201,6 +211,8 @@ func (p *project) api(method, path string, body, out any) {
 type runner struct {
 	Name        string `json:"name"`
 	State       string `json:"state"`
+	Connected   bool   `json:"connected"`
+	Node        string `json:"node"` // the app node holding its socket
 	Certificate *struct {
 		SHA256 string `json:"sha256"`
 	} `json:"certificate"`
@@ -281,6 +293,22 @@ func (p *project) story(id string) story {
 			}
 		}
 		s.Records = append(s.Records, page.Records...)
+	}
+}
+
+// storyUntil reads the job's records until their output holds text, for at most 3 minutes.
+func (p *project) storyUntil(id, text string) story {
+	p.t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		s := p.story(id)
+		if strings.Contains(s.Output, text) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("no %s in job %s's output after 3 minutes; %d records, output:\n%s", text, id, len(s.Records), s.Output)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
@@ -385,24 +413,13 @@ func TestComposeKillRTEMidJob(t *testing.T) {
 	p.api("POST", "/api/v2/jobs", map[string]any{
 		"runner": "rte01", "playbook": "slow.yml", "inventories": []string{"hosts.yml"},
 	}, &j)
-	// Wait until a few items have been stored, so the kill lands mid-stream.
-	deadline := time.Now().Add(3 * time.Minute)
-	var before story
-	for {
-		before = p.story(j.ID)
-		if strings.Contains(before.Output, "(item=3)") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no item=3 in the job's output after 3 minutes; %d records, output:\n%s", len(before.Records), before.Output)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+	// A few items stored, so the kill lands mid-stream.
+	before := p.storyUntil(j.ID, "(item=3)")
 
 	p.mustCompose(time.Minute, "kill", "-s", "SIGKILL", "rte")
 	p.mustCompose(5*time.Minute, "up", "-d", "--wait", "rte")
 
-	deadline = time.Now().Add(3 * time.Minute)
+	deadline := time.Now().Add(3 * time.Minute)
 	for j = p.job(j.ID); j.State != "ended"; j = p.job(j.ID) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the job is %+v 3 minutes after the RTE came back, want ended", j)
