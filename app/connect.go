@@ -14,7 +14,7 @@ import (
 
 	"github.com/rte-project/rte/pinning"
 	"github.com/rte-project/rte/protocol"
-	"github.com/rte-project/rte/socket"
+	"github.com/rte-project/rte/server/socket"
 )
 
 // Connect dials an approved inbound runner at its URL, over its approved certificate, and does

@@ -18,7 +18,7 @@ import (
 
 	"github.com/rte-project/rte/pinning"
 	"github.com/rte-project/rte/protocol"
-	"github.com/rte-project/rte/socket"
+	"github.com/rte-project/rte/server/socket"
 )
 
 // rejectedFlush is how long Reject lets the writer put the rejected message on the wire before

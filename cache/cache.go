@@ -19,7 +19,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
-	"github.com/rte-project/rte/bundle"
+	"github.com/rte-project/rte/cache/bundle"
 	"github.com/rte-project/rte/protocol"
 )
 

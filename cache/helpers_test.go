@@ -14,8 +14,8 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
-	"github.com/rte-project/rte/bundle"
 	"github.com/rte-project/rte/cache"
+	"github.com/rte-project/rte/cache/bundle"
 )
 
 // clock is a settable clock shared by the Cache values of a test.

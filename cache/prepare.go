@@ -11,7 +11,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/rte-project/rte/bundle"
+	"github.com/rte-project/rte/cache/bundle"
 	"github.com/rte-project/rte/protocol"
 )
 

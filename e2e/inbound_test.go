@@ -15,7 +15,7 @@ import (
 	"github.com/rte-project/rte/app"
 	"github.com/rte-project/rte/pinning"
 	"github.com/rte-project/rte/protocol"
-	"github.com/rte-project/rte/socket"
+	"github.com/rte-project/rte/server/socket"
 )
 
 const testToken = "e2e-token-0123456789abcdef"

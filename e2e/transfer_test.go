@@ -22,7 +22,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/rte-project/rte/app"
-	"github.com/rte-project/rte/bundle"
+	"github.com/rte-project/rte/cache/bundle"
 	"github.com/rte-project/rte/protocol"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	"github.com/rte-project/rte/app"
 	"github.com/rte-project/rte/app/pgstore"
-	"github.com/rte-project/rte/bundle"
+	"github.com/rte-project/rte/cache/bundle"
 	"github.com/rte-project/rte/protocol"
 )
 

@@ -14,7 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rte-project/rte/app"
-	"github.com/rte-project/rte/bundle"
+	"github.com/rte-project/rte/cache/bundle"
 )
 
 func writeTree(t *testing.T, dir string, files map[string]string) {

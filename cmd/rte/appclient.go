@@ -12,8 +12,8 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/net/http/httpproxy"
 
-	"github.com/rte-project/rte/config"
-	"github.com/rte-project/rte/session"
+	"github.com/rte-project/rte/internal/config"
+	"github.com/rte-project/rte/server/session"
 )
 
 // appHTTPClient is the client for calls to the app: the proxy of HTTPS_PROXY/NO_PROXY, the

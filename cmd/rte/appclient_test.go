@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rte-project/rte/config"
+	"github.com/rte-project/rte/internal/config"
 )
 
 func TestAppProxyHonoursNoProxy(t *testing.T) {

@@ -7,8 +7,8 @@ import (
 	"github.com/caarlos0/env/v11"
 	"go.uber.org/zap"
 
-	"github.com/rte-project/rte/check"
-	"github.com/rte-project/rte/session"
+	"github.com/rte-project/rte/internal/check"
+	"github.com/rte-project/rte/server/session"
 )
 
 // newChecker builds the connection checker over the ssh directory of the user the RTE runs

@@ -8,10 +8,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rte-project/rte/cache"
-	"github.com/rte-project/rte/config"
+	"github.com/rte-project/rte/internal/config"
 	"github.com/rte-project/rte/jobs"
 	"github.com/rte-project/rte/protocol"
-	"github.com/rte-project/rte/session"
+	"github.com/rte-project/rte/server/session"
 )
 
 // fileSource is where jobs get their files: the directories ANSIBLE_PATH and REPO_PATH

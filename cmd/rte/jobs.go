@@ -11,11 +11,11 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/rte-project/rte/config"
+	"github.com/rte-project/rte/internal/config"
 	"github.com/rte-project/rte/jobs"
 	"github.com/rte-project/rte/jobs/afevents"
+	"github.com/rte-project/rte/jobs/spool"
 	"github.com/rte-project/rte/protocol"
-	"github.com/rte-project/rte/spool"
 )
 
 // openSpool opens the spool and ends every job that was running when the RTE last stopped:

@@ -10,9 +10,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rte-project/rte/cache"
+	"github.com/rte-project/rte/jobs/spool"
 	"github.com/rte-project/rte/protocol"
-	"github.com/rte-project/rte/session"
-	"github.com/rte-project/rte/spool"
+	"github.com/rte-project/rte/server/session"
 )
 
 // The metrics an operator watches beside the listener's and the session's: jobs, the spool,

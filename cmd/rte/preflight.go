@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/rte-project/rte/config"
+	"github.com/rte-project/rte/internal/config"
 	"github.com/rte-project/rte/pinning"
 	"github.com/rte-project/rte/protocol"
 )

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/rte-project/rte/config"
+	"github.com/rte-project/rte/internal/config"
 	"github.com/rte-project/rte/pinning"
 	"github.com/rte-project/rte/protocol"
 )

@@ -19,13 +19,13 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/rte-project/rte/config"
+	"github.com/rte-project/rte/internal/config"
 	"github.com/rte-project/rte/jobs"
+	"github.com/rte-project/rte/jobs/spool"
 	"github.com/rte-project/rte/pinning"
 	"github.com/rte-project/rte/protocol"
 	"github.com/rte-project/rte/server"
-	"github.com/rte-project/rte/session"
-	"github.com/rte-project/rte/spool"
+	"github.com/rte-project/rte/server/session"
 )
 
 func serve(ctx context.Context, environ []string, stderr io.Writer, sigs <-chan os.Signal) int {

@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rte-project/rte/bundle"
+	"github.com/rte-project/rte/cache/bundle"
 )
 
 func sampleTree(t *testing.T) string {

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rte-project/rte/jobs/spool"
 	"github.com/rte-project/rte/protocol"
-	"github.com/rte-project/rte/spool"
 )
 
 // smallDisk mounts a 256 KiB tmpfs for the test, or skips it where mounting is not allowed.

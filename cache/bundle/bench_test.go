@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rte-project/rte/bundle"
 	"github.com/rte-project/rte/cache"
+	"github.com/rte-project/rte/cache/bundle"
 	"github.com/rte-project/rte/protocol"
 )
 

@@ -20,7 +20,7 @@ import (
 
 	"github.com/rte-project/rte/pinning"
 	"github.com/rte-project/rte/protocol"
-	"github.com/rte-project/rte/socket"
+	"github.com/rte-project/rte/server/socket"
 )
 
 // Defaults of Dialer.

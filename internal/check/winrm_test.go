@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rte-project/rte/check"
+	"github.com/rte-project/rte/internal/check"
 	"github.com/rte-project/rte/protocol"
 )
 

@@ -13,7 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rte-project/rte/protocol"
-	"github.com/rte-project/rte/socket"
+	"github.com/rte-project/rte/server/socket"
 )
 
 // Jobs is what a session needs of the jobs side. Its methods are called from the session's

@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/rte-project/rte/jobs/spool"
 	"github.com/rte-project/rte/protocol"
-	"github.com/rte-project/rte/spool"
 )
 
 const header = "RTE spool 1\n"

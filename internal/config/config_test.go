@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rte-project/rte/config"
+	"github.com/rte-project/rte/internal/config"
 	"github.com/rte-project/rte/protocol"
 )
 
@@ -399,7 +399,7 @@ func TestWarnings(t *testing.T) {
 
 // The reference page must list every variable Load reads.
 func TestDocsListEveryVariable(t *testing.T) {
-	doc, err := os.ReadFile("../docs/settings.md")
+	doc, err := os.ReadFile("../../docs/settings.md")
 	if err != nil {
 		t.Fatalf("read the settings reference: %v", err)
 	}
@@ -470,8 +470,8 @@ func TestDocsShowRealOutput(t *testing.T) {
 		doc     string
 		environ []string
 	}{
-		{"../docs/settings.md", []string{"RTE_MODE=outbound", "PORT=80a", "HTTPS=yes", "RTE_DEAD_AFTER=10s"}},
-		{"../docs/migration-from-database-mode.md", with("RTE_MODE=database", "DB_HOST=db", "ENCRYPTION_SECRET=enc-secret")},
+		{"../../docs/settings.md", []string{"RTE_MODE=outbound", "PORT=80a", "HTTPS=yes", "RTE_DEAD_AFTER=10s"}},
+		{"../../docs/migration-from-database-mode.md", with("RTE_MODE=database", "DB_HOST=db", "ENCRYPTION_SECRET=enc-secret")},
 	}
 	for _, ex := range examples {
 		doc, err := os.ReadFile(ex.doc)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
-	"github.com/rte-project/rte/bundle"
+	"github.com/rte-project/rte/cache/bundle"
 )
 
 // node is one path of a test tree: a file (Data), a directory (Dir) or a symlink (Link).

@@ -16,7 +16,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/rte-project/rte/protocol"
-	"github.com/rte-project/rte/session"
+	"github.com/rte-project/rte/server/session"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -17,7 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/rte-project/rte/protocol"
-	"github.com/rte-project/rte/socket"
+	"github.com/rte-project/rte/server/socket"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rte-project/rte/jobs/spool"
 	"github.com/rte-project/rte/protocol"
-	"github.com/rte-project/rte/spool"
 )
 
 // BenchmarkAppend measures Append with fsync on, as in production, on the file system of

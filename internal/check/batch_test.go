@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rte-project/rte/check"
+	"github.com/rte-project/rte/internal/check"
 	"github.com/rte-project/rte/protocol"
 )
 

@@ -11,7 +11,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/rte-project/rte/protocol"
-	"github.com/rte-project/rte/socket"
+	"github.com/rte-project/rte/server/socket"
 )
 
 // TestSendAfterBinaryKeepsItsPlace queues chunks, then a bundle.end behind them, then an ack:

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rte-project/rte/check"
+	"github.com/rte-project/rte/internal/check"
 	"github.com/rte-project/rte/protocol"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"

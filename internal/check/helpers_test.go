@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rte-project/rte/check"
+	"github.com/rte-project/rte/internal/check"
 	"github.com/rte-project/rte/protocol"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"

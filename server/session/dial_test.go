@@ -29,7 +29,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/rte-project/rte/protocol"
-	"github.com/rte-project/rte/session"
+	"github.com/rte-project/rte/server/session"
 )
 
 const (

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rte-project/rte/bundle"
+	"github.com/rte-project/rte/cache/bundle"
 )
 
 func newPacker(t *testing.T, opts bundle.PackOptions) *bundle.Packer {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/rte-project/rte/protocol"
-	"github.com/rte-project/rte/session"
+	"github.com/rte-project/rte/server/session"
 )
 
 // fakeChecker answers every target "connected", after release is closed (nil: at once), or

@@ -13,7 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rte-project/rte/protocol"
-	"github.com/rte-project/rte/socket"
+	"github.com/rte-project/rte/server/socket"
 )
 
 // session is one socket's life. Three goroutines work on it: the socket's writer (conn.Run),

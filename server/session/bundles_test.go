@@ -17,7 +17,7 @@ import (
 
 	"github.com/rte-project/rte/cache"
 	"github.com/rte-project/rte/protocol"
-	"github.com/rte-project/rte/session"
+	"github.com/rte-project/rte/server/session"
 )
 
 const testOwner = "rte-test"
