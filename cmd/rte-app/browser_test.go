@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rte-project/rte/internal/logging"
+
 	"github.com/chromedp/chromedp"
 
 	"github.com/rte-project/rte/app"
@@ -250,7 +252,7 @@ func startBrowserTestApp(t *testing.T) (string, *app.App) {
 		t.Fatal(err)
 	}
 	logs := &syncBuffer{}
-	logger, err := newLogger("info", "json", logs)
+	logger, err := logging.New("info", "json", logs)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rte-project/rte/internal/logging"
+
 	"github.com/caarlos0/env/v11"
 
 	"github.com/rte-project/rte/app"
@@ -186,7 +188,7 @@ func (d *demoRun) run(ctx context.Context) int {
 	if d.o.verbose {
 		logSink = io.MultiWriter(logFile, &prefixWriter{w: d.errOut, prefix: "app | "})
 	}
-	logger, err := newLogger("info", "json", logSink)
+	logger, err := logging.New("info", "json", logSink)
 	if err != nil {
 		return d.fail("%v", err)
 	}

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rte-project/rte/internal/logging"
+
 	"go.uber.org/goleak"
 
 	"github.com/rte-project/rte/app"
@@ -67,7 +69,7 @@ func startTestApp(t *testing.T) *testApp {
 		t.Fatal(err)
 	}
 	logs := &syncBuffer{}
-	logger, err := newLogger("debug", "json", logs)
+	logger, err := logging.New("debug", "json", logs)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,9 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 )
 
 const usage = `rte-app is the RTE project's reference app: the demo, the peer of the end-to-end tests and
@@ -80,21 +77,3 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 }
 
 // newLogger builds the one logger of the process: JSON lines for machines, or console text.
-func newLogger(level, format string, w io.Writer) (*zap.Logger, error) {
-	lvl, err := zapcore.ParseLevel(level)
-	if err != nil {
-		return nil, err
-	}
-	enc := zap.NewProductionEncoderConfig()
-	enc.TimeKey = "time"
-	enc.EncodeTime = zapcore.RFC3339NanoTimeEncoder
-	var encoder zapcore.Encoder
-	if format == "console" {
-		enc.EncodeLevel = zapcore.CapitalLevelEncoder
-		encoder = zapcore.NewConsoleEncoder(enc)
-	} else {
-		encoder = zapcore.NewJSONEncoder(enc)
-	}
-	sink := zapcore.Lock(zapcore.AddSync(w))
-	return zap.New(zapcore.NewCore(encoder, sink, lvl), zap.ErrorOutput(sink)), nil
-}

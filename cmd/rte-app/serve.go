@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rte-project/rte/internal/logging"
+
 	"go.uber.org/zap"
 
 	"github.com/rte-project/rte/app"
@@ -54,7 +56,7 @@ func serve(ctx context.Context, args, environ []string, stdout, stderr io.Writer
 		}
 		return exitUsage
 	}
-	logger, err := newLogger(s.LogLevel, s.LogFormat, stderr)
+	logger, err := logging.New(s.LogLevel, s.LogFormat, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "rte-app serve: logger: %v\n", err)
 		return exitUsage

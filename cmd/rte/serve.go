@@ -14,10 +14,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rte-project/rte/internal/logging"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/rte-project/rte/internal/config"
 	"github.com/rte-project/rte/jobs"
@@ -33,7 +34,7 @@ func serve(ctx context.Context, environ []string, stderr io.Writer, sigs <-chan 
 	if !ok {
 		return exitSettings
 	}
-	logger, err := newLogger(s.LogLevel, s.LogFormat, stderr)
+	logger, err := logging.New(s.LogLevel, s.LogFormat, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "rte: logger: %v\n", err)
 		return exitSettings
@@ -73,25 +74,6 @@ func absolutePaths(s *config.Settings) error {
 		*p = abs
 	}
 	return nil
-}
-
-func newLogger(level, format string, w io.Writer) (*zap.Logger, error) {
-	lvl, err := zapcore.ParseLevel(level)
-	if err != nil {
-		return nil, err
-	}
-	enc := zap.NewProductionEncoderConfig()
-	enc.TimeKey = "time"
-	enc.EncodeTime = zapcore.RFC3339NanoTimeEncoder
-	var encoder zapcore.Encoder
-	if format == "console" {
-		enc.EncodeLevel = zapcore.CapitalLevelEncoder
-		encoder = zapcore.NewConsoleEncoder(enc)
-	} else {
-		encoder = zapcore.NewJSONEncoder(enc)
-	}
-	core := zapcore.NewCore(encoder, zapcore.Lock(zapcore.AddSync(w)), lvl)
-	return zap.New(core, zap.ErrorOutput(zapcore.Lock(zapcore.AddSync(w)))), nil
 }
 
 // certificateHosts are the names the generated certificate covers: the host the app dials,
