@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -112,9 +111,7 @@ func (p *Packer) Pack(ctx context.Context, dir string) (Packed, error) {
 	}
 }
 
-func (p *Packer) bundlePath(name string) string {
-	return filepath.Join(p.CacheDir, strings.TrimPrefix(name, "sha256:")+".tar.zst")
-}
+func (p *Packer) bundlePath(name string) string { return FilePath(p.CacheDir, name) }
 
 func (p *Packer) treePath(key string) string { return filepath.Join(p.CacheDir, "trees", key) }
 
@@ -221,41 +218,19 @@ func writeFileAtomic(p string, b []byte) error {
 // holds at most maxBytes, and forgets the trees that were packed into them. A bundle being
 // sent keeps its open file readable after it is removed.
 func (p *Packer) Prune(maxBytes int64) error {
-	ents, err := os.ReadDir(p.CacheDir)
+	files, total, err := Stored(p.CacheDir)
 	if err != nil {
 		return fmt.Errorf("bundle packer: %w", err)
 	}
-	type file struct {
-		name  string
-		size  int64
-		mtime time.Time
-	}
-	var (
-		files []file
-		total int64
-	)
-	for _, e := range ents {
-		hexName, ok := strings.CutSuffix(e.Name(), ".tar.zst")
-		if !ok || !protocol.ValidHash("sha256:"+hexName) {
-			continue
-		}
-		fi, err := e.Info()
-		if err != nil {
-			continue // removed meanwhile
-		}
-		files = append(files, file{e.Name(), fi.Size(), fi.ModTime()})
-		total += fi.Size()
-	}
-	slices.SortFunc(files, func(a, b file) int { return a.mtime.Compare(b.mtime) })
 	removed := false
 	for _, f := range files {
 		if total <= maxBytes {
 			break
 		}
-		if err := os.Remove(filepath.Join(p.CacheDir, f.name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := os.Remove(p.bundlePath(f.Name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("bundle packer: %w", err)
 		}
-		total -= f.size
+		total -= f.Size
 		removed = true
 	}
 	if removed {
