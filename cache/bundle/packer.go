@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rte-project/rte/internal/atomicfile"
 	"github.com/rte-project/rte/protocol"
 )
 
@@ -161,7 +162,7 @@ func (p *Packer) pack(ctx context.Context, root string, entries []entry, key str
 	if racy(entries, start) {
 		return res, nil
 	}
-	if err := writeFileAtomic(p.treePath(key), fmt.Appendf(nil, "%s %d\n", name, size)); err != nil {
+	if err := atomicfile.WriteFile(p.treePath(key), fmt.Appendf(nil, "%s %d\n", name, size), 0o600); err != nil {
 		return Packed{}, fmt.Errorf("bundle packer: remember %s: %w", root, err)
 	}
 	return res, nil
@@ -196,22 +197,6 @@ func signature(entries []entry) string {
 		h.Write([]byte(e.target))
 	}
 	return hex.EncodeToString(h.Sum(nil))
-}
-
-func writeFileAtomic(p string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(p), ".tree-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), p)
 }
 
 // Prune removes the least recently used bundles of the cache directory until what remains

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/rte-project/rte/internal/atomicfile"
 	"go.uber.org/zap"
 )
 
@@ -70,16 +71,8 @@ func (s *Spool) syncPath(path string) error {
 	if s.noSync {
 		return nil
 	}
-	d, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("open directory %s to sync it: %w", path, err)
-	}
-	defer d.Close()
 	s.syncs.Add(1)
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync directory %s: %w", path, err)
-	}
-	return nil
+	return atomicfile.SyncDir(path)
 }
 
 func (s *Spool) syncDir() error {
