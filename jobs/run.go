@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/rte-project/rte/cache/bundle"
 	"github.com/rte-project/rte/jobs/afevents"
 	"github.com/rte-project/rte/protocol"
 )
@@ -96,7 +96,9 @@ func (r *runner) run() protocol.EndData {
 		return errorEnd("%v", err)
 	}
 	// A directory left by an RTE that stopped mid-job is stale: the job is new to the Recorder.
-	if err := removeAll(r.dir); err != nil {
+	// Removed like the unpacked bundles it may hold: a playbook can leave directories
+	// read-only, which os.RemoveAll alone cannot remove.
+	if err := bundle.RemoveTree(r.dir); err != nil {
 		return errorEnd("remove stale job directory %s: %v", r.dir, err)
 	}
 	if err := os.Mkdir(r.dir, 0o700); err != nil {
@@ -282,23 +284,8 @@ func (r *runner) cleanup() {
 	if !r.made {
 		return
 	}
-	if err := removeAll(r.dir); err != nil {
+	if err := bundle.RemoveTree(r.dir); err != nil {
 		r.log.Error("could not remove the job directory", zap.String("dir", r.dir), zap.Error(err))
 		r.appendLog(protocol.LevelError, "could not remove the job directory %s: %v; remove it by hand, it may hold secret files", r.dir, err)
 	}
-}
-
-// removeAll removes dir even when a playbook left read-only directories in it.
-func removeAll(dir string) error {
-	err := os.RemoveAll(dir)
-	if err == nil || !errors.Is(err, fs.ErrPermission) {
-		return err
-	}
-	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			_ = os.Chmod(path, 0o700)
-		}
-		return nil
-	})
-	return os.RemoveAll(dir)
 }
