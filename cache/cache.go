@@ -78,7 +78,7 @@ type Stats struct {
 
 // Stats lists the bundle folder for its size; the counters are since Open.
 func (c *Cache) Stats() (Stats, error) {
-	files, total, err := c.listBundles()
+	files, total, err := bundle.Stored(c.bundles)
 	return Stats{Bytes: total, Bundles: len(files), Hits: c.hits.Load(), Misses: c.misses.Load(), Evictions: c.evictions.Load()}, err
 }
 
@@ -140,9 +140,7 @@ func Open(cfg Config) (*Cache, error) {
 
 func (c *Cache) now() time.Time { return c.cfg.Now() }
 
-func (c *Cache) bundlePath(hash string) string {
-	return filepath.Join(c.bundles, strings.TrimPrefix(hash, "sha256:")+".tar.zst")
-}
+func (c *Cache) bundlePath(hash string) string { return bundle.FilePath(c.bundles, hash) }
 
 func (c *Cache) lockPath(hash string) string {
 	return filepath.Join(c.locks, strings.TrimPrefix(hash, "sha256:")+".lock")
@@ -427,59 +425,25 @@ func samePath(fd int, path string) bool {
 // not an error, and a later Evict finishes the job once they are released.
 func (c *Cache) Evict() error { return c.evict("") }
 
-// bundleFile is one bundle in the folder.
-type bundleFile struct {
-	hash  string
-	size  int64
-	mtime time.Time
-}
-
-// listBundles lists the bundles in the folder and their total size.
-func (c *Cache) listBundles() (files []bundleFile, total int64, err error) {
-	ents, err := os.ReadDir(c.bundles)
-	if err != nil {
-		return nil, 0, err
-	}
-	for _, e := range ents {
-		hexName, ok := strings.CutSuffix(e.Name(), ".tar.zst")
-		if !ok || !protocol.ValidHash("sha256:"+hexName) {
-			continue
-		}
-		fi, err := e.Info()
-		if err != nil {
-			continue // evicted meanwhile by another RTE
-		}
-		files = append(files, bundleFile{"sha256:" + hexName, fi.Size(), fi.ModTime()})
-		total += fi.Size()
-	}
-	return files, total, nil
-}
-
 func (c *Cache) evict(keep string) error {
 	c.evictMu.Lock()
 	defer c.evictMu.Unlock()
-	files, total, err := c.listBundles()
+	files, total, err := bundle.Stored(c.bundles)
 	if err != nil {
 		return fmt.Errorf("evict: %w", err)
 	}
 	if total <= c.cfg.MaxBytes {
 		return nil
 	}
-	slices.SortFunc(files, func(a, b bundleFile) int {
-		if n := a.mtime.Compare(b.mtime); n != 0 {
-			return n
-		}
-		return strings.Compare(a.hash, b.hash)
-	})
 	pinned := 0
 	for _, f := range files {
 		if total <= c.cfg.MaxBytes {
 			break
 		}
-		if f.hash == keep {
+		if f.Name == keep {
 			continue
 		}
-		removed, err := c.remove(f.hash)
+		removed, err := c.remove(f.Name)
 		if err != nil {
 			return err
 		}
@@ -487,9 +451,9 @@ func (c *Cache) evict(keep string) error {
 			pinned++
 			continue
 		}
-		total -= f.size
+		total -= f.Size
 		c.evictions.Add(1)
-		c.log.Debug("evicted bundle", zap.String("bundle", f.hash), zap.Int64("size", f.size))
+		c.log.Debug("evicted bundle", zap.String("bundle", f.Name), zap.Int64("size", f.Size))
 	}
 	if total > c.cfg.MaxBytes {
 		c.log.Warn("bundle cache stays over RTE_CACHE_MB while bundles are in use",

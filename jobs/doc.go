@@ -25,6 +25,15 @@
 // ansible beyond what the operator's RTE_JOB_ENV_ALLOW names (PassEnv; the RTE's tokens never).
 // It knows nothing about sockets: the session reads records from the spool.
 //
+// A job's run has four parts. The runner (run.go) owns the job's directory and the order of its
+// records. The process group (group.go) is the only code that starts, signals and waits for a
+// job's processes: it starts ansible-playbook as a group leader, stops the group (SIGTERM,
+// KillGrace, SIGKILL) and reaps the leader; another way of running the playbook, such as a
+// container engine, takes its place without the rest changing. The batches (batch.go) turn the
+// pipes into output and events records, the recording (record.go) hands records to the
+// Recorder and stops the job when it fails, and end.go decides the end record from how the
+// process ended and why it was stopped.
+//
 // The Manager assumes it is not PID 1 in its container, or that PID 1 reaps orphans: the
 // workers of a killed ansible-playbook are reparented to PID 1, and a PID 1 that never waits
 // for them collects zombies (run the RTE under tini, docker's --init, or compose's init: true).

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/rte-project/rte/internal/atomicfile"
 	"github.com/rte-project/rte/protocol"
 )
 
@@ -173,46 +175,22 @@ func (l *ledger) rewriteLocked() error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("ran-jobs ledger: %w", err)
 	}
-	tmp, err := os.CreateTemp(dir, ".ran-jobs-*")
-	if err != nil {
-		return fmt.Errorf("ran-jobs ledger: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // fails harmlessly once renamed
-	w := bufio.NewWriter(tmp)
-	w.WriteString(ledgerHeader)
 	n := 0
-	cutoff := l.now().Add(-RanRetention)
-	for _, id := range l.order {
-		if at, ok := l.ended[id]; ok && at.After(cutoff) {
-			fmt.Fprintf(w, "%d %s\n", at.Unix(), id)
-			n++
+	err := atomicfile.Write(l.path, 0o600, func(f io.Writer) error {
+		w := bufio.NewWriter(f)
+		w.WriteString(ledgerHeader)
+		cutoff := l.now().Add(-RanRetention)
+		for _, id := range l.order {
+			if at, ok := l.ended[id]; ok && at.After(cutoff) {
+				fmt.Fprintf(w, "%d %s\n", at.Unix(), id)
+				n++
+			}
 		}
-	}
-	err = w.Flush()
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), l.path)
-	}
-	if err == nil {
-		err = syncDir(dir)
-	}
+		return w.Flush()
+	})
 	if err != nil {
 		return fmt.Errorf("rewrite ran-jobs ledger %s: %w (check free space and permissions)", l.path, err)
 	}
 	l.lines = n
 	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rte-project/rte/internal/atomicfile"
 	"github.com/rte-project/rte/protocol"
 )
 
@@ -174,7 +175,7 @@ func recoverPair(certPath, keyPath string) (*Identity, error) {
 	if err := os.Rename(tmp, certPath); err != nil {
 		return nil, fmt.Errorf("finish writing certificate %s: %w", certPath, err)
 	}
-	if err := syncDir(filepath.Dir(certPath)); err != nil {
+	if err := atomicfile.SyncDir(filepath.Dir(certPath)); err != nil {
 		return nil, err
 	}
 	id, err := load(certPath, keyPath)
@@ -397,7 +398,7 @@ func writePair(certPath, keyPath string, certPEM, keyPEM []byte) error {
 		return fmt.Errorf("rename certificate into place %s: %w", certPath, err)
 	}
 	for _, d := range dirs {
-		if err := syncDir(d); err != nil {
+		if err := atomicfile.SyncDir(d); err != nil {
 			return err
 		}
 	}
@@ -427,21 +428,6 @@ func writeSynced(path string, data []byte, perm os.FileMode) error {
 	if err != nil {
 		_ = os.Remove(path)
 		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open directory %s to sync it: %w", dir, err)
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
 	}
 	return nil
 }

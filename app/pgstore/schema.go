@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/rte-project/rte/app/internal/sqlrows"
 )
 
 // migrations[i] takes the schema from version i to version i+1. Append only: a released
@@ -98,33 +99,26 @@ func (s *Store) migrate(ctx context.Context) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrateLock)); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)`); err != nil {
-			return err
-		}
-		var v int
-		err := tx.QueryRow(ctx, `SELECT version FROM schema_version`).Scan(&v)
-		if errors.Is(err, pgx.ErrNoRows) {
-			v = 0
-			_, err = tx.Exec(ctx, `INSERT INTO schema_version (version) VALUES (0)`)
-		}
-		if err != nil {
-			return fmt.Errorf("read schema version: %w", err)
-		}
-		if v > schemaVersion {
-			return fmt.Errorf("the database's schema is version %d and this build knows up to %d: run a newer rte-app on it, or give this one another database", v, schemaVersion)
-		}
-		for i := v; i < schemaVersion; i++ {
-			for _, stmt := range migrations[i] {
-				if _, err := tx.Exec(ctx, stmt); err != nil {
-					return fmt.Errorf("migrate schema to version %d: %w", i+1, err)
-				}
-			}
-		}
-		if v < schemaVersion {
-			if _, err := tx.Exec(ctx, `UPDATE schema_version SET version = $1`, schemaVersion); err != nil {
-				return err
-			}
-		}
-		return nil
+		_, err := sqlrows.Migrate(ctx, migrateTx{tx}, migrations, `UPDATE schema_version SET version = $1`, func(have, known int) error {
+			return fmt.Errorf("the database's schema is version %d and this build knows up to %d: run a newer rte-app on it, or give this one another database", have, known)
+		})
+		return err
 	})
+}
+
+// migrateTx is a pgx transaction as sqlrows.Migrate uses it.
+type migrateTx struct{ tx pgx.Tx }
+
+func (t migrateTx) Exec(ctx context.Context, stmt string, args ...any) error {
+	_, err := t.tx.Exec(ctx, stmt, args...)
+	return err
+}
+
+func (t migrateTx) Version(ctx context.Context) (int, bool, error) {
+	var v int
+	err := t.tx.QueryRow(ctx, `SELECT version FROM schema_version`).Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	return v, err == nil, err
 }

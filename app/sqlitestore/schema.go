@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+
+	"github.com/rte-project/rte/app/internal/sqlrows"
 )
 
 // migrations[i] takes the schema from version i to version i+1. Append only: a released
@@ -94,33 +96,28 @@ func (s *Store) migrate(ctx context.Context) error {
 		return err
 	}
 	defer func() { _ = tx.Rollback() }()
-	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)`); err != nil {
-		return err
-	}
-	var v int
-	err = tx.QueryRowContext(ctx, `SELECT version FROM schema_version`).Scan(&v)
-	if errors.Is(err, sql.ErrNoRows) {
-		v = 0
-		_, err = tx.ExecContext(ctx, `INSERT INTO schema_version (version) VALUES (0)`)
-	}
-	if err != nil {
-		return fmt.Errorf("read schema version: %w", err)
-	}
-	if v > schemaVersion {
-		return fmt.Errorf("the file's schema is version %d and this build knows up to %d: run a newer rte-app on it, or restore the file this build wrote", v, schemaVersion)
-	}
-	if v == schemaVersion {
-		return nil
-	}
-	for i := v; i < schemaVersion; i++ {
-		for _, stmt := range migrations[i] {
-			if _, err := tx.ExecContext(ctx, stmt); err != nil {
-				return fmt.Errorf("migrate schema to version %d: %w", i+1, err)
-			}
-		}
-	}
-	if _, err := tx.ExecContext(ctx, `UPDATE schema_version SET version = ?`, schemaVersion); err != nil {
+	changed, err := sqlrows.Migrate(ctx, migrateTx{tx}, migrations, `UPDATE schema_version SET version = ?`, func(have, known int) error {
+		return fmt.Errorf("the file's schema is version %d and this build knows up to %d: run a newer rte-app on it, or restore the file this build wrote", have, known)
+	})
+	if err != nil || !changed {
 		return err
 	}
 	return tx.Commit()
+}
+
+// migrateTx is a database/sql transaction as sqlrows.Migrate uses it.
+type migrateTx struct{ tx *sql.Tx }
+
+func (t migrateTx) Exec(ctx context.Context, stmt string, args ...any) error {
+	_, err := t.tx.ExecContext(ctx, stmt, args...)
+	return err
+}
+
+func (t migrateTx) Version(ctx context.Context) (int, bool, error) {
+	var v int
+	err := t.tx.QueryRowContext(ctx, `SELECT version FROM schema_version`).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	return v, err == nil, err
 }

@@ -20,6 +20,9 @@
 // hard links, devices, fifos and sockets, duplicate entries, and anything past UnpackLimits.
 // It clears setuid, setgid and sticky bits. On any error it removes everything it wrote.
 //
-// The package knows nothing of caches, sockets or jobs; the RTE's cache package stores
-// bundles and calls Unpack.
+// FilePath and Stored are the one statement of how a directory keeps bundles (<hex>.tar.zst,
+// the mtime as the last use) and of their least-recently-used order: the app's Packer and the
+// RTE's cache package both evict by them. The package decides nothing about eviction (how
+// much to keep, pins, locks) and knows nothing of sockets or jobs; the RTE's cache package
+// stores bundles and calls Unpack.
 package bundle

@@ -10,12 +10,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/rte-project/rte/internal/atomicfile"
 	"github.com/rte-project/rte/protocol"
 )
 
@@ -112,9 +112,7 @@ func (p *Packer) Pack(ctx context.Context, dir string) (Packed, error) {
 	}
 }
 
-func (p *Packer) bundlePath(name string) string {
-	return filepath.Join(p.CacheDir, strings.TrimPrefix(name, "sha256:")+".tar.zst")
-}
+func (p *Packer) bundlePath(name string) string { return FilePath(p.CacheDir, name) }
 
 func (p *Packer) treePath(key string) string { return filepath.Join(p.CacheDir, "trees", key) }
 
@@ -164,7 +162,7 @@ func (p *Packer) pack(ctx context.Context, root string, entries []entry, key str
 	if racy(entries, start) {
 		return res, nil
 	}
-	if err := writeFileAtomic(p.treePath(key), fmt.Appendf(nil, "%s %d\n", name, size)); err != nil {
+	if err := atomicfile.WriteFile(p.treePath(key), fmt.Appendf(nil, "%s %d\n", name, size), 0o600); err != nil {
 		return Packed{}, fmt.Errorf("bundle packer: remember %s: %w", root, err)
 	}
 	return res, nil
@@ -201,61 +199,23 @@ func signature(entries []entry) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-func writeFileAtomic(p string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(p), ".tree-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), p)
-}
-
 // Prune removes the least recently used bundles of the cache directory until what remains
 // holds at most maxBytes, and forgets the trees that were packed into them. A bundle being
 // sent keeps its open file readable after it is removed.
 func (p *Packer) Prune(maxBytes int64) error {
-	ents, err := os.ReadDir(p.CacheDir)
+	files, total, err := Stored(p.CacheDir)
 	if err != nil {
 		return fmt.Errorf("bundle packer: %w", err)
 	}
-	type file struct {
-		name  string
-		size  int64
-		mtime time.Time
-	}
-	var (
-		files []file
-		total int64
-	)
-	for _, e := range ents {
-		hexName, ok := strings.CutSuffix(e.Name(), ".tar.zst")
-		if !ok || !protocol.ValidHash("sha256:"+hexName) {
-			continue
-		}
-		fi, err := e.Info()
-		if err != nil {
-			continue // removed meanwhile
-		}
-		files = append(files, file{e.Name(), fi.Size(), fi.ModTime()})
-		total += fi.Size()
-	}
-	slices.SortFunc(files, func(a, b file) int { return a.mtime.Compare(b.mtime) })
 	removed := false
 	for _, f := range files {
 		if total <= maxBytes {
 			break
 		}
-		if err := os.Remove(filepath.Join(p.CacheDir, f.name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := os.Remove(p.bundlePath(f.Name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("bundle packer: %w", err)
 		}
-		total -= f.size
+		total -= f.Size
 		removed = true
 	}
 	if removed {

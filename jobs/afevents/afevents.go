@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rte-project/rte/internal/atomicfile"
 )
 
 //go:embed af_events.py
@@ -66,51 +68,11 @@ func Install(dir string) (string, error) {
 	if err := os.MkdirAll(abs, 0o700); err != nil {
 		return "", fmt.Errorf("install af_events plugin: create %s: %w", abs, err)
 	}
-	tmp, err := os.CreateTemp(abs, ".af_events-*.tmp")
-	if err != nil {
-		return "", fmt.Errorf("install af_events plugin: create temporary file in %s: %w", abs, err)
-	}
-	tmpName := tmp.Name()
-	committed := false
-	defer func() {
-		if !committed {
-			_ = tmp.Close()
-			_ = os.Remove(tmpName)
-		}
-	}()
-	if _, err := tmp.Write(pluginSource); err != nil {
-		return "", fmt.Errorf("install af_events plugin: write %s: %w", tmpName, err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		return "", fmt.Errorf("install af_events plugin: chmod %s: %w", tmpName, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return "", fmt.Errorf("install af_events plugin: sync %s: %w", tmpName, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return "", fmt.Errorf("install af_events plugin: close %s: %w", tmpName, err)
-	}
 	target := filepath.Join(abs, PluginFile)
-	if err := os.Rename(tmpName, target); err != nil {
-		return "", fmt.Errorf("install af_events plugin: rename to %s: %w", target, err)
-	}
-	committed = true
-	if err := syncDir(abs); err != nil {
+	if err := atomicfile.WriteFile(target, pluginSource, 0o644); err != nil {
 		return "", fmt.Errorf("install af_events plugin: %w", err)
 	}
 	return abs, nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open directory %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	return nil
 }
 
 // Env returns the environment entries that enable the plugin for one ansible-playbook run:

@@ -10,6 +10,19 @@ import (
 	"go.uber.org/zap"
 )
 
+// syncQueue is the group commit's state: the batch that the syncer's next pass makes
+// durable, and how the syncer is woken and stopped.
+type syncQueue struct {
+	mu         sync.Mutex // guards next only; no other lock is taken while it is held
+	next       *batch     // the batch the syncer's next pass makes durable
+	kick       chan struct{}
+	appending  atomic.Int64  // Appends under way; the syncer waits briefly for them to join
+	arrived    chan struct{} // signalled when an Append joins a batch or returns
+	lastSync   time.Duration // how long the last pass's syncs took; the syncer's own
+	stop       chan struct{}
+	syncerDone chan struct{}
+}
+
 // batch is one group commit: the jobs written since the syncer's last pass. done is closed
 // when the pass that took the batch has synced them (or failed to).
 type batch struct {
@@ -26,11 +39,11 @@ func newBatch() *batch {
 // the join, and the pass reads each job's position after taking the batch, so the pass covers
 // the write.
 func (s *Spool) join(j *job) *batch {
-	s.syncMu.Lock()
+	s.syncQueue.mu.Lock()
 	b := s.next
 	b.jobs[j] = struct{}{}
 	b.joins++
-	s.syncMu.Unlock()
+	s.syncQueue.mu.Unlock()
 	s.signal(s.kick) // if a pass is already due, it takes this batch
 	s.signal(s.arrived)
 	return b
@@ -74,9 +87,9 @@ func (s *Spool) gather() {
 	}
 	var timer *time.Timer
 	for {
-		s.syncMu.Lock()
+		s.syncQueue.mu.Lock()
 		joined := s.next.joins
-		s.syncMu.Unlock()
+		s.syncQueue.mu.Unlock()
 		if joined >= s.appending.Load() {
 			break
 		}
@@ -109,10 +122,10 @@ type target struct {
 // they cost one more pass.
 func (s *Spool) commit() {
 	s.gather()
-	s.syncMu.Lock()
+	s.syncQueue.mu.Lock()
 	b := s.next
 	s.next = newBatch()
-	s.syncMu.Unlock()
+	s.syncQueue.mu.Unlock()
 	defer close(b.done)
 
 	targets := make([]target, 0, len(b.jobs))

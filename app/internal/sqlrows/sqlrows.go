@@ -1,8 +1,9 @@
 // Package sqlrows is what the SQL stores of the app half (sqlitestore, pgstore) write alike:
 // the text form of times, the columns of runners, jobs and leases, and the runner upsert, so
 // that both stores keep one schema in two dialects and a time written by one reads back the
-// same in the other. It holds no connection and runs no statement; each store owns its
-// schema's migrations, its queries and its scanning.
+// same in the other, and the migration runner (schema_version, steps applied in order, a newer
+// schema refused). It holds no connection and opens no transaction; each store owns its
+// schema's migration steps, the lock it migrates under, its queries and its scanning.
 package sqlrows
 
 import (
