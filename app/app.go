@@ -114,6 +114,10 @@ type App struct {
 	cfg Config
 	log *zap.Logger
 
+	// Lock order: mu (runners) and jobsMu (jobs) are never held together. Either may be held
+	// while taking secretsMu, liveMu, watchMu or the leaseBook's and outbound's own locks; those
+	// are leaves, nothing else is locked under them. Each mutex sits with what it guards.
+
 	// mu serialises every read-modify-write of a runner, so an approval and a registration
 	// for the same name cannot interleave and lose one of them. It is never held while dialling.
 	mu sync.Mutex
@@ -129,10 +133,10 @@ type App struct {
 	secrets   map[string]map[string]string
 
 	liveMu sync.Mutex
-	live   map[string]*live // connected runners by name
+	live   map[string]*live // connected runners by name, served on this node
 
 	watchMu  sync.Mutex
-	watchers map[string]map[*watcher]struct{}
+	watchers map[string]map[*watcher]struct{} // Watch's callers by job id
 
 	kick    chan struct{} // wakes Run's supervisor: a runner was approved or added
 	running atomic.Bool   // Run was called
