@@ -114,6 +114,10 @@ type App struct {
 	cfg Config
 	log *zap.Logger
 
+	// Lock order: mu (runners) and jobsMu (jobs) are never held together. Either may be held
+	// while taking secretsMu, liveMu, watchMu or the leaseBook's and outbound's own locks; those
+	// are leaves, nothing else is locked under them. Each mutex sits with what it guards.
+
 	// mu serialises every read-modify-write of a runner, so an approval and a registration
 	// for the same name cannot interleave and lose one of them. It is never held while dialling.
 	mu sync.Mutex
@@ -129,10 +133,10 @@ type App struct {
 	secrets   map[string]map[string]string
 
 	liveMu sync.Mutex
-	live   map[string]*live // connected runners by name
+	live   map[string]*live // connected runners by name, served on this node
 
 	watchMu  sync.Mutex
-	watchers map[string]map[*watcher]struct{}
+	watchers map[string]map[*watcher]struct{} // Watch's callers by job id
 
 	kick    chan struct{} // wakes Run's supervisor: a runner was approved or added
 	running atomic.Bool   // Run was called
@@ -264,124 +268,6 @@ func (a *App) ListRunners(ctx context.Context) ([]*Runner, error) {
 	return a.cfg.Store.ListRunners(ctx)
 }
 
-// Approve pins the runner's pending certificate and approves it; an http:// runner is approved
-// without one. An outbound runner that is connected hears {"type":"approved"} and takes jobs
-// from then on, on the same socket. Approving a runner that is already approved with nothing
-// pending does nothing. A request that waited longer than WaitingTTL is gone (ErrNotFound), even
-// if a page still shows it.
-func (a *App) Approve(ctx context.Context, name string) error {
-	return a.approve(ctx, name, "")
-}
-
-// ErrCertificateChanged is why ApproveCertificate approved nothing: the certificate waiting is
-// not the one whose SHA-256 the admin was shown.
-var ErrCertificateChanged = errors.New("the certificate waiting is not the one that was compared")
-
-// ApproveCertificate is Approve bound to what the admin compared: it approves only if the
-// certificate waiting has exactly this full SHA-256 (64 hex digits, as the RTE logs
-// certificate_sha256; colons and case are ignored). The check and the approval happen under
-// one lock, so no registration can swap the certificate between them. A short fingerprint is
-// 32 bits, which a certificate can be ground to match offline; the full SHA-256 cannot.
-// Otherwise it returns an error wrapping ErrCertificateChanged that names the certificate
-// waiting now.
-func (a *App) ApproveCertificate(ctx context.Context, name, certSHA256 string) error {
-	want := normalSHA256(certSHA256)
-	if len(want) != 64 {
-		return fmt.Errorf("approve runner %q: %q is not a full SHA-256 of a certificate: give its 64 hex digits, as the RTE logs certificate_sha256", name, protocol.PeerText(certSHA256, 100))
-	}
-	return a.approve(ctx, name, want)
-}
-
-// normalSHA256 drops colons and spaces and lowers the case of a hex fingerprint.
-func normalSHA256(s string) string {
-	return strings.ToLower(strings.NewReplacer(":", "", " ", "").Replace(strings.TrimSpace(s)))
-}
-
-func (a *App) approve(ctx context.Context, name, wantSHA256 string) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if _, err := a.pruneLocked(ctx); err != nil {
-		return fmt.Errorf("approve runner %q: %w", name, err)
-	}
-	r, err := a.cfg.Store.GetRunner(ctx, name)
-	if err != nil {
-		return fmt.Errorf("approve runner %q: %w", name, err)
-	}
-	if wantSHA256 != "" {
-		got := ""
-		if r.PendingCertificate != nil {
-			got = protocol.CertificateSHA256(r.PendingCertificate)
-		}
-		if got == "" {
-			return fmt.Errorf("approve runner %q: %w: no certificate is waiting for approval", name, ErrCertificateChanged)
-		}
-		if normalSHA256(got) != wantSHA256 {
-			return fmt.Errorf("approve runner %q: %w: the certificate waiting has sha256 %s: compare again with the RTE's log before approving", name, ErrCertificateChanged, got)
-		}
-	}
-	if r.State == StateApproved && r.PendingCertificate == nil {
-		return nil
-	}
-	if isHTTPS(r.URL) {
-		if r.PendingCertificate == nil {
-			return fmt.Errorf("approve runner %q: no certificate is waiting for approval: the runner must register again, or be dialled once so the app sees its certificate", name)
-		}
-		r.Certificate = r.PendingCertificate
-	} else {
-		// The runner moved to http:// (or never had TLS): there is nothing to pin, and a stale
-		// pin would make the dialer refuse the plain URL.
-		r.Certificate = nil
-	}
-	r.PendingCertificate = nil
-	r.State = StateApproved
-	r.ApprovedAt = a.cfg.Now()
-	undo := a.tellApproved(ctx, r)
-	if err := a.cfg.Store.PutRunner(ctx, r); err != nil {
-		undo()
-		return fmt.Errorf("approve runner %q: %w", name, err)
-	}
-	a.wakeRun()
-	if r.Mode == protocol.ModeOutbound && a.out.peer(name) == nil {
-		a.wakeHolder(ctx, name) // its socket may be at another app node
-	}
-	a.log.Info("runner approved",
-		zap.String("name", name),
-		zap.String("url", r.URL),
-		zap.String("token_fingerprint", r.TokenFingerprint),
-		zap.String("certificate_fingerprint", fingerprintOrEmpty(r.Certificate)))
-	return nil
-}
-
-// Reject removes the runner and the token stored with it. An RTE that registers again after
-// a rejection starts over as a new request. A connected outbound runner hears
-// {"type":"rejected","reason"} and its socket is closed with 4003; Reject waits a moment for
-// that (see rejectedFlush).
-func (a *App) Reject(ctx context.Context, name, reason string) error {
-	a.mu.Lock()
-	r, err := a.cfg.Store.GetRunner(ctx, name)
-	if err == nil {
-		err = a.cfg.Store.DeleteRunner(ctx, name)
-	}
-	var op *outboundPeer
-	if err == nil {
-		op = a.out.peer(name)
-	}
-	a.mu.Unlock()
-	if err != nil {
-		return fmt.Errorf("reject runner %q: %w", name, err)
-	}
-	a.log.Info("runner rejected and removed",
-		zap.String("name", name),
-		zap.String("state", string(r.State)),
-		zap.String("reason", protocol.PeerText(reason, 300)))
-	if op != nil {
-		a.tellRejected(ctx, op, reason)
-	} else {
-		a.wakeHolder(ctx, name) // another app node may hold its socket, and closes it
-	}
-	return nil
-}
-
 // AddRunner adds a runner by hand or from the config seed, with no registration call: it is
 // approved at once, since an admin wrote it down. Name and Token are required; Mode is inbound
 // (the default), outbound, or ModeDatabase for a runner whose RTE has yet to leave database
@@ -495,49 +381,6 @@ func (a *App) pruneLocked(ctx context.Context) ([]*Runner, error) {
 		kept = append(kept, r)
 	}
 	return kept, nil
-}
-
-// ClearWaiting rejects every registration request no admin has decided on yet, at once: the
-// way out when someone filled the waiting slots. Connected waiting outbound runners hear
-// rejected with reason and are closed with 4003. Runners that were approved once and wait
-// only for a changed certificate are kept. It returns the names removed.
-func (a *App) ClearWaiting(ctx context.Context, reason string) ([]string, error) {
-	a.mu.Lock()
-	runners, err := a.cfg.Store.ListRunners(ctx)
-	if err != nil {
-		a.mu.Unlock()
-		return nil, fmt.Errorf("clear waiting requests: %w", err)
-	}
-	var names []string
-	var peers []*outboundPeer
-	for _, r := range runners {
-		if !isRequest(r) {
-			continue
-		}
-		if err := a.cfg.Store.DeleteRunner(ctx, r.Name); err != nil && !errors.Is(err, ErrNotFound) {
-			a.mu.Unlock()
-			return names, fmt.Errorf("clear waiting request of runner %q: %w", r.Name, err)
-		}
-		names = append(names, r.Name)
-		if op := a.out.peer(r.Name); op != nil {
-			peers = append(peers, op)
-		}
-	}
-	a.mu.Unlock()
-	a.log.Info("waiting registration requests cleared by an admin", zap.Strings("names", names), zap.String("reason", protocol.PeerText(reason, 300)))
-	var wg sync.WaitGroup
-	for _, op := range peers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			a.tellRejected(ctx, op, reason)
-		}()
-	}
-	wg.Wait()
-	for _, n := range names {
-		a.wakeHolder(ctx, n) // another app node may hold its socket, and closes it
-	}
-	return names, nil
 }
 
 // waitingFull says why one more registration request from remoteAddr is refused (429), or "".

@@ -51,14 +51,14 @@ func atRestAD(job, name string) []byte { return []byte(job + "\x00" + name) }
 // sealForStore returns the secrets sealed for the store (nil without a secret key or secrets).
 // Without a key, a job with secrets for a runner whose socket another node holds is refused:
 // that node could never read them.
-func (a *App) sealForStore(job, runner string, plain map[string]string) (map[string]string, error) {
+func (a *App) sealForStore(job string, runner *Runner, plain map[string]string) (map[string]string, error) {
 	if len(plain) == 0 {
 		return nil, nil
 	}
 	if a.atRest == nil {
-		if l, ok := a.elsewhere(runner); ok {
-			return nil, refusal("runner %q's socket is held by app node %q, and this node (%q) keeps job secrets in its memory only, where node %q cannot read them: give every app node the same secret key (APP_SECRET_KEY) so that secrets are stored sealed, or submit the job on node %q",
-				runner, l.Node, a.cfg.Node, l.Node, l.Node)
+		if l, ok := a.elsewhere(runner.Name); ok {
+			return nil, refusal(runner, nil, "runner %q's socket is held by app node %q, and this node (%q) keeps job secrets in its memory only, where node %q cannot read them: give every app node the same secret key (APP_SECRET_KEY) so that secrets are stored sealed, or submit the job on node %q",
+				runner.Name, l.Node, a.cfg.Node, l.Node, l.Node)
 		}
 		return nil, nil
 	}

@@ -18,8 +18,11 @@
 // the name must belong together, a first join waits for an admin on its open socket (approved
 // false in the welcome), and Approve or Reject tell it on that socket; see outbound.go.
 //
-// Run keeps one socket to each approved inbound runner. Submit queues a job; the runner's
-// dispatcher sends it when the runner has a free slot, and a job that waits longer than
+// Run keeps one socket to each approved inbound runner (run.go). Submit queues a job after
+// protocol.JobStart.Validate, so a job the RTE would refuse as invalid is refused here, and
+// its errors are typed (ErrInvalidJob, ErrNotFound, ErrNotApproved, ErrNoFiles, ErrRefused,
+// *RefusedError) so that an app tells the cases apart without reading text. The runner's
+// dispatcher sends a queued job when the runner has a free slot, and a job that waits longer than
 // QueueTimeout ends with status error saying why. Records are stored in batches, each batch in
 // one Store transaction that keeps every (job, seq) once, and the cumulative ack goes out only
 // after that transaction returned, so an acked record is durable and none is stored twice. The
@@ -53,7 +56,8 @@
 //     lost to a restart end the job instead of sending it bare.
 //   - Let a caller without a waiting request's token change that request, approve a
 //     certificate other than the one whose full SHA-256 the admin was given
-//     (ApproveCertificate), or tell a caller that proved nothing an approved runner's token
+//     (ApproveCertificate), approve a token, address or certificate other than the ones the
+//     admin was shown (ApproveShown compares them under the runner lock; *ChangedError), or tell a caller that proved nothing an approved runner's token
 //     fingerprint. Tokens are compared as digests, so their length does not show.
 //   - Give one source address more than MaxWaitingPerAddress waiting slots; ClearWaiting
 //     frees them all at once.

@@ -18,55 +18,95 @@ import (
 var ErrJobEnded = errors.New("job has already ended")
 
 // ErrRefused is wrapped by the errors of requests the app turns down as they stand, such as a job
-// for a runner still in database mode; the error's text says what to change.
+// for a runner still in database mode; the error is a *RefusedError whose text says what to
+// change.
 var ErrRefused = errors.New("refused")
 
-// refusedError is a request turned down; it reads as its message alone and wraps ErrRefused.
-type refusedError struct{ msg string }
+// Why Submit queued nothing, for errors.Is. A runner that does not exist is ErrNotFound, a job
+// id already taken ErrExists; anything else is the store's.
+var (
+	// ErrInvalidJob: the job breaks the protocol's contract (protocol.JobStart.Validate: the
+	// field and the reason are in the *protocol.FieldError that errors.As finds) or is too
+	// large for one message. The RTE would refuse it the same way; nothing was stored.
+	ErrInvalidJob = errors.New("invalid job")
+	// ErrNotApproved: the runner is waiting for an admin (for the first time, or again after
+	// its certificate changed) or was rejected. The error is a *RefusedError whose State says
+	// where the runner stands.
+	ErrNotApproved = errors.New("runner is not approved")
+	// ErrNoFiles: the runner takes its files from the app (RTE_FILES=transfer), and the job
+	// names no bundles and the app has no bundle source (Config.Files).
+	ErrNoFiles = errors.New("no files to send to the runner")
+)
 
-func (e *refusedError) Error() string { return e.msg }
-func (e *refusedError) Unwrap() error { return ErrRefused }
-
-func refusal(format string, args ...any) error {
-	return &refusedError{msg: fmt.Sprintf(format, args...)}
+// RefusedError is a request turned down as it stands. It reads as its message alone, which
+// says what to change, and errors.Is matches ErrRefused and its Reason.
+type RefusedError struct {
+	Runner string // the runner the request was for
+	State  State  // the runner's state when it was refused
+	// Reason is ErrNotApproved or ErrNoFiles, or nil for the other refusals (a runner still in
+	// database mode, secrets for a runner whose socket a node without the secret key holds).
+	Reason error
+	msg    string
 }
 
+func (e *RefusedError) Error() string { return e.msg }
+
+func (e *RefusedError) Unwrap() []error {
+	if e.Reason == nil {
+		return []error{ErrRefused}
+	}
+	return []error{ErrRefused, e.Reason}
+}
+
+func refusal(r *Runner, reason error, format string, args ...any) error {
+	return &RefusedError{Runner: r.Name, State: r.State, Reason: reason, msg: fmt.Sprintf(format, args...)}
+}
+
+// invalidJob marks a validation error as ErrInvalidJob, reading as the error alone.
+type invalidJob struct{ err error }
+
+func (e invalidJob) Error() string   { return e.err.Error() }
+func (e invalidJob) Unwrap() []error { return []error{ErrInvalidJob, e.err} }
+
 // Submit checks req, stores the job as queued and wakes the dispatch of its runner, on this app
-// node or the one holding the runner's socket. The job must pass protocol.JobStart.Validate once
-// an id is assigned, and the runner must exist, be approved and not be in database mode (an
-// error wrapping ErrRefused). Secrets stay in this process's memory, and with Config.SecretKey
-// they are stored sealed as well; see JobRequest.
+// node or the one holding the runner's socket. It returns the job as stored, or why it queued
+// nothing: ErrInvalidJob when the job fails protocol.JobStart.Validate once an id is assigned
+// (errors.As finds the *protocol.FieldError), ErrNotFound for an unknown runner, a
+// *RefusedError (ErrRefused) for a runner that cannot take it as it stands: not approved
+// (ErrNotApproved), taking files the app cannot send (ErrNoFiles), or in database mode. Secrets
+// stay in this process's memory, and with Config.SecretKey they are stored sealed as well; see
+// JobRequest.
 func (a *App) Submit(ctx context.Context, req JobRequest) (*Job, error) {
 	start := cloneStart(req.JobStart)
 	if start.Job == "" {
 		start.Job = newJobID()
 	}
 	if err := start.Validate(); err != nil {
-		return nil, fmt.Errorf("submit job %q: %w", protocol.PeerText(start.Job, 128), err)
+		return nil, fmt.Errorf("submit job %q: %w", protocol.PeerText(start.Job, 128), invalidJob{err})
 	}
 	// The encoded size is bounded by the message limit, so a job the RTE could not even read
 	// fails here, not at dispatch. Sealing grows each secret a little; leave room for that.
 	if b, err := protocol.Encode(start); err != nil {
-		return nil, fmt.Errorf("submit job %q: %w", start.Job, err)
+		return nil, fmt.Errorf("submit job %q: %w", start.Job, invalidJob{err})
 	} else if len(b) > protocol.MaxMessageBytes-64<<10 {
-		return nil, fmt.Errorf("submit job %q: job.start would be %d bytes, the limit is %d: move large extravars into the inventory or the repository", start.Job, len(b), protocol.MaxMessageBytes)
+		return nil, fmt.Errorf("submit job %q: %w", start.Job, invalidJob{fmt.Errorf("job.start would be %d bytes, the limit is %d: move large extravars into the inventory or the repository", len(b), protocol.MaxMessageBytes)})
 	}
 	r, err := a.cfg.Store.GetRunner(ctx, req.Runner)
 	if err != nil {
 		return nil, fmt.Errorf("submit job %q: %w", start.Job, err)
 	}
 	if r.State != StateApproved {
-		return nil, fmt.Errorf("submit job %q: runner %q is %s, not approved: approve it first", start.Job, r.Name, r.State)
+		return nil, refusal(r, ErrNotApproved, "submit job %q: runner %q is %s, not approved: approve it first", start.Job, r.Name, r.State)
 	}
 	if r.Mode == ModeDatabase {
-		return nil, refusal("submit job %q: runner %q is still in database mode, which is gone: it takes no jobs until its RTE signs in over a socket (docs/migration-from-database-mode.md)", start.Job, r.Name)
+		return nil, refusal(r, nil, "submit job %q: runner %q is still in database mode, which is gone: it takes no jobs until its RTE signs in over a socket (docs/migration-from-database-mode.md)", start.Job, r.Name)
 	}
 	if r.Files == protocol.FilesTransfer && start.Files == nil && a.cfg.Files == nil {
-		return nil, fmt.Errorf("submit job %q: runner %q takes files from the app (RTE_FILES=transfer), and the job names no bundles nor has the app a bundle source (Config.Files): give files, or set RTE_FILES=local on the runner", start.Job, r.Name)
+		return nil, refusal(r, ErrNoFiles, "submit job %q: runner %q takes files from the app (RTE_FILES=transfer), and the job names no bundles nor has the app a bundle source (Config.Files): give files, or set RTE_FILES=local on the runner", start.Job, r.Name)
 	}
 	secrets := start.Secrets
 	start.Secrets = nil
-	sealed, err := a.sealForStore(start.Job, r.Name, secrets)
+	sealed, err := a.sealForStore(start.Job, r, secrets)
 	if err != nil {
 		return nil, fmt.Errorf("submit job %q: %w", start.Job, err)
 	}

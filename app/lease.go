@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -566,72 +565,4 @@ func (a *App) tellApprovedOnce(ctx context.Context, lv *live, r *Runner) {
 		return // the socket is closing; the next welcome says approved
 	}
 	a.log.Info("outbound runner was approved at another app node; told it on its socket here", zap.String("runner", r.Name))
-}
-
-// The memory store's leases; see Store.
-
-func (s *memoryStore) ClaimLeases(_ context.Context, node, instance string, claims []LeaseClaim, now, expires time.Time) ([]Lease, error) {
-	if node == "" || instance == "" {
-		return nil, errors.New("claim leases: node and instance are required")
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.leases == nil {
-		s.leases = map[string]Lease{}
-	}
-	out := make([]Lease, 0, len(claims))
-	for _, c := range claims {
-		l, ok := s.leases[c.Runner]
-		if !ok || l.Instance == "" || l.Instance == instance || !now.Before(l.Expires) || c.Force {
-			l = Lease{Runner: c.Runner, Node: node, Instance: instance, Expires: expires, Connected: c.Connected, Wake: l.Wake}
-			s.leases[c.Runner] = l
-		}
-		out = append(out, l)
-	}
-	return out, nil
-}
-
-func (s *memoryStore) ReleaseLeases(_ context.Context, instance string, runners []string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	free := func(name string) {
-		if l, ok := s.leases[name]; ok && l.Instance == instance {
-			s.leases[name] = Lease{Runner: name, Wake: l.Wake}
-		}
-	}
-	if runners == nil {
-		for name := range s.leases {
-			free(name)
-		}
-	}
-	for _, name := range runners {
-		free(name)
-	}
-	return nil
-}
-
-func (s *memoryStore) Leases(context.Context) ([]Lease, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]Lease, 0, len(s.leases))
-	for _, l := range s.leases {
-		out = append(out, l)
-	}
-	slices.SortFunc(out, func(x, y Lease) int { return strings.Compare(x.Runner, y.Runner) })
-	return out, nil
-}
-
-func (s *memoryStore) WakeHolder(_ context.Context, runner string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.leases == nil {
-		s.leases = map[string]Lease{}
-	}
-	l, ok := s.leases[runner]
-	if !ok {
-		l = Lease{Runner: runner}
-	}
-	l.Wake++
-	s.leases[runner] = l
-	return nil
 }

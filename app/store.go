@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -277,4 +278,72 @@ func (s *memoryStore) Records(_ context.Context, job string, after int64, limit 
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// The memory store's leases; see Store.
+
+func (s *memoryStore) ClaimLeases(_ context.Context, node, instance string, claims []LeaseClaim, now, expires time.Time) ([]Lease, error) {
+	if node == "" || instance == "" {
+		return nil, errors.New("claim leases: node and instance are required")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.leases == nil {
+		s.leases = map[string]Lease{}
+	}
+	out := make([]Lease, 0, len(claims))
+	for _, c := range claims {
+		l, ok := s.leases[c.Runner]
+		if !ok || l.Instance == "" || l.Instance == instance || !now.Before(l.Expires) || c.Force {
+			l = Lease{Runner: c.Runner, Node: node, Instance: instance, Expires: expires, Connected: c.Connected, Wake: l.Wake}
+			s.leases[c.Runner] = l
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+func (s *memoryStore) ReleaseLeases(_ context.Context, instance string, runners []string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	free := func(name string) {
+		if l, ok := s.leases[name]; ok && l.Instance == instance {
+			s.leases[name] = Lease{Runner: name, Wake: l.Wake}
+		}
+	}
+	if runners == nil {
+		for name := range s.leases {
+			free(name)
+		}
+	}
+	for _, name := range runners {
+		free(name)
+	}
+	return nil
+}
+
+func (s *memoryStore) Leases(context.Context) ([]Lease, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Lease, 0, len(s.leases))
+	for _, l := range s.leases {
+		out = append(out, l)
+	}
+	slices.SortFunc(out, func(x, y Lease) int { return strings.Compare(x.Runner, y.Runner) })
+	return out, nil
+}
+
+func (s *memoryStore) WakeHolder(_ context.Context, runner string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.leases == nil {
+		s.leases = map[string]Lease{}
+	}
+	l, ok := s.leases[runner]
+	if !ok {
+		l = Lease{Runner: runner}
+	}
+	l.Wake++
+	s.leases[runner] = l
+	return nil
 }

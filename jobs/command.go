@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -190,23 +189,6 @@ func (e *envList) list() []string {
 func splitEnv(kv string) (string, string, bool) {
 	k, v, ok := strings.Cut(kv, "=")
 	return k, v, ok && k != ""
-}
-
-var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-// checkTags refuses tags that ansible would split or ignore: they are passed comma-joined.
-func checkTags(js *protocol.JobStart) error {
-	for _, f := range []struct {
-		name string
-		tags []string
-	}{{"tags", js.Tags}, {"skip_tags", js.SkipTags}} {
-		for i, t := range f.tags {
-			if strings.TrimSpace(t) == "" || strings.Contains(t, ",") {
-				return fmt.Errorf("%s[%d]: %q must be a non-empty tag without commas", f.name, i, protocol.PeerText(t, 64))
-			}
-		}
-	}
-	return nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {

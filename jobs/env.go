@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-
-	"github.com/rte-project/rte/protocol"
 )
 
 // neverPassed are the RTE's own secrets: no RTE_JOB_ENV_ALLOW entry lets them into a job,
@@ -104,14 +102,12 @@ func guardedEnv(name string) string {
 	return ""
 }
 
-// checkEnv refuses job env keys that are not plain names, that would override what the RTE
-// sets itself (the af_events wiring, the job's temp directory), or that are guarded and not
-// named exactly in allow (RTE_JOB_ENV_ALLOW).
+// checkEnv refuses job env keys that would override what the RTE sets itself (the af_events
+// wiring, the job's temp directory), or that are guarded and not named exactly in allow
+// (RTE_JOB_ENV_ALLOW), and values with a NUL byte. That each key is a plain variable name is
+// protocol.JobStart.Validate's rule (protocol.ValidEnvName), checked before this.
 func checkEnv(env map[string]string, reserved, allow []string) error {
 	for _, k := range sortedKeys(env) {
-		if !envName.MatchString(k) || len(k) > 128 {
-			return fmt.Errorf("env: %q is not a variable name (1 to 128 of [A-Za-z_][A-Za-z0-9_]*)", protocol.PeerText(k, 64))
-		}
 		if slices.Contains(reserved, k) {
 			return fmt.Errorf("env.%s: the RTE sets this itself (events plugin or job temp directory); remove it from the job", k)
 		}

@@ -328,12 +328,10 @@ func jobDir(work, id string) (string, error) {
 	return dir, nil
 }
 
-// check does every validation that needs no lock: env, tags, secrets, and the Preparer's own.
+// check does every validation that needs no lock and that protocol.JobStart.Validate (which
+// Start ran first) cannot: env names the RTE reserves or guards, secrets, and the Preparer's own.
 func (m *Manager) check(js *protocol.JobStart) (map[string]string, error) {
 	if err := checkEnv(js.Env, m.reserved, m.cfg.EnvAllow); err != nil {
-		return nil, refuse(protocol.RefusedInvalid, "%v", err)
-	}
-	if err := checkTags(js); err != nil {
 		return nil, refuse(protocol.RefusedInvalid, "%v", err)
 	}
 	if v, ok := m.cfg.Files.(Validator); ok {

@@ -14,4 +14,8 @@
 //	  Same day, still 1 (an older peer never sees the change unless it sends what is now
 //	  refused): job ids "." and ".." refused; job.start limit without "@" and timeout_s at
 //	  most MaxTimeoutS; job.refused code already_ran.
+//	  Later, still 1: job.start env names must be 1 to 128 of [A-Za-z_][A-Za-z0-9_]*
+//	  (ValidEnvName) and tags and skip_tags non-blank without commas (ValidTag). The RTE
+//	  refused both already when it took the job (job.refused invalid); the decoder now refuses
+//	  them (error invalid), and an app using Validate refuses them before sending.
 package protocol

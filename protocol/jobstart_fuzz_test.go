@@ -55,7 +55,8 @@ func FuzzJobStartValidate(f *testing.F) {
 	})
 }
 
-// TestJobStartRefusesHostileFields names the field and the reason of each refusal of issue 10.
+// TestJobStartRefusesHostileFields names the field and the reason of each refusal of issue 10,
+// and of the env-name and tag rules that moved from the RTE's jobs into the protocol (issue 12).
 func TestJobStartRefusesHostileFields(t *testing.T) {
 	for _, c := range []struct {
 		name, frame, want string
@@ -67,6 +68,11 @@ func TestJobStartRefusesHostileFields(t *testing.T) {
 		{"limit file later", `{"type":"job.start","job":"j","playbook":"p","limit":"web,@/etc/passwd"}`, `limit: "web,@/etc/passwd" contains @`},
 		{"timeout overflow", `{"type":"job.start","job":"j","playbook":"p","timeout_s":10000000000}`, "timeout_s: must be 0 (none) to 604800 seconds (7 days), got 10000000000"},
 		{"timeout one over", `{"type":"job.start","job":"j","playbook":"p","timeout_s":604801}`, "got 604801"},
+		{"env name with =", `{"type":"job.start","job":"j","playbook":"p","env":{"A=B":"x"}}`, `env: "A=B" is not a variable name (1 to 128 of [A-Za-z_][A-Za-z0-9_]*)`},
+		{"env name too long", `{"type":"job.start","job":"j","playbook":"p","env":{"` + strings.Repeat("A", 129) + `":"x"}}`, "is not a variable name"},
+		{"env name first of several", `{"type":"job.start","job":"j","playbook":"p","env":{"OK":"1","9x":"2","b-c":"3"}}`, `env: "9x"`},
+		{"tag with comma", `{"type":"job.start","job":"j","playbook":"p","tags":["a,b"]}`, `tags[0]: "a,b" must be a non-empty tag without commas`},
+		{"blank skip tag", `{"type":"job.start","job":"j","playbook":"p","skip_tags":["x","  "]}`, `skip_tags[1]: "  " must be`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := protocol.Decode([]byte(c.frame))
@@ -79,6 +85,12 @@ func TestJobStartRefusesHostileFields(t *testing.T) {
 	for _, ok := range []string{"...", ".a", "a..b", "1042"} {
 		if !protocol.ValidJobID(ok) {
 			t.Errorf("ValidJobID(%q) = false, want true: only . and .. are refused", ok)
+		}
+	}
+	for name, ok := range map[string]bool{"A": true, "_": true, "a_1": true, strings.Repeat("x", 128): true,
+		"": false, "1A": false, "A=B": false, "A-B": false, "A B": false, "É": false, "A\x00": false, strings.Repeat("x", 129): false} {
+		if protocol.ValidEnvName(name) != ok {
+			t.Errorf("ValidEnvName(%q) = %v, want %v", name, !ok, ok)
 		}
 	}
 	if _, err := protocol.Decode([]byte(`{"type":"job.start","job":"j","playbook":"p","timeout_s":604800,"limit":"web:&db"}`)); err != nil {

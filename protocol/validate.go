@@ -4,13 +4,15 @@ import (
 	"bytes"
 	"fmt"
 	"regexp"
+	"sort"
 	"strings"
 )
 
 var (
-	jobIDPattern  = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
-	hashPattern   = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
-	maxNameLength = 128
+	jobIDPattern   = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+	hashPattern    = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+	envNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+	maxNameLength  = 128
 )
 
 // ValidJobID reports whether id is 1 to 128 of [A-Za-z0-9._-], and not "." or "..". Job ids
@@ -23,6 +25,21 @@ func ValidJobID(id string) bool {
 
 // jobIDRule is how a refusal describes a valid job id.
 const jobIDRule = `1 to 128 of [A-Za-z0-9._-], and not "." or ".."`
+
+// ValidEnvName reports whether name is 1 to 128 of [A-Za-z_][A-Za-z0-9_]*: a variable name
+// every shell and exec accepts. A job's env keys must be such names: "A=B" would be read as
+// another variable once joined into the child's environment, and an empty or odd name is a
+// mistake the RTE would only find when the job starts. The RTE's RTE_JOB_ENV_ALLOW entries
+// follow the same rule.
+func ValidEnvName(name string) bool { return envNamePattern.MatchString(name) }
+
+// envNameRule is how a refusal describes a valid env name.
+const envNameRule = "1 to 128 of [A-Za-z_][A-Za-z0-9_]*"
+
+// ValidTag reports whether t can go into ansible-playbook's --tags or --skip-tags: the tags
+// are passed comma-joined, so a tag with a comma would be split into two, and an empty or
+// blank one is ignored by ansible.
+func ValidTag(t string) bool { return strings.TrimSpace(t) != "" && !strings.Contains(t, ",") }
 
 // ValidHash reports whether h is "sha256:" and 64 lowercase hex digits.
 func ValidHash(h string) bool { return hashPattern.MatchString(h) }
@@ -165,6 +182,27 @@ func (m JobStart) Validate() error {
 	// into the job's output. Host patterns have no use for @, so none is let through.
 	if strings.ContainsRune(m.Limit, '@') {
 		return fieldErr("limit", "%q contains @, which ansible reads as a file on the RTE (@file); list the hosts or groups instead", clip(m.Limit, 64))
+	}
+	for _, f := range []struct {
+		name string
+		tags []string
+	}{{"tags", m.Tags}, {"skip_tags", m.SkipTags}} {
+		for i, t := range f.tags {
+			if !ValidTag(t) {
+				return fieldErr(fmt.Sprintf("%s[%d]", f.name, i), "%q must be a non-empty tag without commas", clip(t, 64))
+			}
+		}
+	}
+	// Sorted, so that a job with several bad names is refused naming the same one every time.
+	names := make([]string, 0, len(m.Env))
+	for k := range m.Env {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if !ValidEnvName(k) {
+			return fieldErr("env", "%q is not a variable name (%s)", clip(k, 64), envNameRule)
+		}
 	}
 	for name := range m.Secrets {
 		if err := checkOneOf("secrets", name, "vault_password", "become_password"); err != nil {

@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/url"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -15,8 +14,12 @@ import (
 	"github.com/rte-project/rte/protocol"
 )
 
-// envAllowEntry is one entry of RTE_JOB_ENV_ALLOW: a variable name, or a prefix and "*".
-var envAllowEntry = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*\*?$`)
+// validEnvAllowEntry reports whether e is one entry of RTE_JOB_ENV_ALLOW: a variable name, or
+// a prefix and "*", by the same rule a job's env names follow (protocol.ValidEnvName).
+func validEnvAllowEntry(e string) bool {
+	name, _ := strings.CutSuffix(e, "*")
+	return protocol.ValidEnvName(name)
+}
 
 const (
 	migrationDoc = "docs/migration-from-database-mode.md"
@@ -267,7 +270,7 @@ func (s *Settings) checkLimits(p *Problems, failed map[string]bool) {
 		p.add("RTE_CACHE_STALE_AFTER", "%s is too short: an RTE heartbeats every quarter of it, so give at least 2s (default 10m, and only tests have a reason to change it)", s.CacheStaleAfter)
 	}
 	for _, e := range s.JobEnvAllowList() {
-		if !envAllowEntry.MatchString(e) {
+		if !validEnvAllowEntry(e) {
 			p.add("RTE_JOB_ENV_ALLOW", "%s is not a variable name or a NAME_* prefix pattern: list names such as PATH,HOME,LC_* separated by commas", quote(e))
 			break
 		}
