@@ -122,7 +122,7 @@ func BenchmarkJobMemory(b *testing.B) {
 		time.Sleep(time.Second)
 		during := goMemory(b, r.RTE)
 		b.ReportMetric(float64(during-before)/n/1024, "KiB/job")
-		b.ReportMetric(float64(rss(b, r.RTE.cmd.Process.Pid))/1024/1024, "MiB-RSS-50-jobs")
+		b.ReportMetric(float64(rss(b, r.RTE.Pid()))/1024/1024, "MiB-RSS-50-jobs")
 		for _, id := range ids {
 			_ = r.App.Cancel(context.Background(), id)
 		}
@@ -135,7 +135,7 @@ func BenchmarkJobMemory(b *testing.B) {
 // goMemory is the heap and stack memory the RTE's Go runtime has in use, from /metrics.
 func goMemory(tb testing.TB, p *rteProc) int64 {
 	tb.Helper()
-	code, body := p.probe("/metrics", "Authorization", "Bearer metrics-token-0123456789")
+	code, body := p.Probe("/metrics", "Authorization", "Bearer metrics-token-0123456789")
 	if code != 200 {
 		tb.Fatalf("/metrics = %d", code)
 	}

@@ -94,7 +94,7 @@ func TestInboundRegisterApproveAndPinnedDial(t *testing.T) {
 	if waiting.TokenFingerprint != tokenFP {
 		t.Fatalf("app received token fingerprint %s, the RTE logged %s", waiting.TokenFingerprint, tokenFP)
 	}
-	if code, _ := rte.probe("/ready"); code != 200 {
+	if code, _ := rte.Probe("/ready"); code != 200 {
 		t.Fatalf("/ready = %d while waiting for approval, want 200 (inbound serves before approval)", code)
 	}
 
@@ -159,7 +159,7 @@ func TestInboundRegisterApproveAndPinnedDial(t *testing.T) {
 	} else if mismatch.Expected != certFP || mismatch.Presented != impStart["certificate_fingerprint"] {
 		t.Fatalf("mismatch names %s/%s, want %s/%v", mismatch.Expected, mismatch.Presented, certFP, impStart["certificate_fingerprint"])
 	}
-	code, body := impostor.probe("/metrics", "Authorization", "Bearer metrics-token-0123456789")
+	code, body := impostor.Probe("/metrics", "Authorization", "Bearer metrics-token-0123456789")
 	if code != 200 || !strings.Contains(body, `rte_socket_connections_total{direction="inbound"} 0`) {
 		t.Fatalf("the impostor accepted a socket or /metrics failed (%d):\n%s", code, grepLines(body, "rte_socket"))
 	}
@@ -199,7 +199,7 @@ func TestPinnedDialerRefusesImpostor(t *testing.T) {
 	if !strings.Contains(err.Error(), mismatch.Expected) || !strings.Contains(err.Error(), mismatch.Presented) {
 		t.Fatalf("error text %q does not name both fingerprints", err)
 	}
-	_, body := impostor.probe("/metrics", "Authorization", "Bearer metrics-token-0123456789")
+	_, body := impostor.Probe("/metrics", "Authorization", "Bearer metrics-token-0123456789")
 	for _, want := range []string{`rte_socket_connections_total{direction="inbound"} 0`, `rte_auth_failures_total{endpoint="socket",reason="missing"} 0`, `rte_auth_failures_total{endpoint="socket",reason="wrong"} 0`} {
 		if !strings.Contains(body, want) {
 			t.Fatalf("impostor metrics lack %q: the dialer reached HTTP:\n%s", want, grepLines(body, "rte_"))

@@ -4,14 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +15,7 @@ import (
 
 	"github.com/rte-project/rte/app"
 	"github.com/rte-project/rte/app/sqlitestore"
+	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/protocol"
 )
 
@@ -33,7 +30,7 @@ type jobRig struct {
 	App    *app.App
 	Store  app.Store
 	RTE    *rteProc
-	Proxy  *proxy
+	Proxy  *testenv.Forwarder
 	Name   string
 	dir    string
 	env    []string
@@ -92,7 +89,7 @@ func newJobRig(t testing.TB, opts ...rigOption) *jobRig {
 
 	testdata, _ := filepath.Abs("testdata")
 	port := freePort(t)
-	px := newProxy(t, fmt.Sprintf("127.0.0.1:%d", port))
+	px := testenv.StartForwarder(t, fmt.Sprintf("127.0.0.1:%d", port))
 	r := &jobRig{t: t, App: a, Store: store, Proxy: px, Name: "rte-jobs", dir: t.TempDir(), done: make(chan struct{}),
 		dbPath: dbPath, appCfg: appCfg, srv: srv}
 	r.env = append([]string{
@@ -183,7 +180,7 @@ func (r *jobRig) waitEnd(id string, timeout time.Duration) *app.Job {
 		}
 		time.Sleep(25 * time.Millisecond)
 	}
-	r.t.Fatalf("job %s did not end within %s: %+v\nRTE log:\n%s", id, timeout, j, tail(r.RTE.Log(), 40))
+	r.t.Fatalf("job %s did not end within %s: %+v\nRTE log:\n%s", id, timeout, j, testenv.Tail(r.RTE.Log(), 40))
 	return nil
 }
 
@@ -282,96 +279,6 @@ func mustJSON(t testing.TB, b []byte, v any) {
 	if err := json.Unmarshal(b, v); err != nil {
 		t.Fatalf("decode %s: %v", b, err)
 	}
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-// proxy forwards TCP to target and can cut every connection it carries, which drops the
-// app's socket without either peer closing it.
-type proxy struct {
-	t      testing.TB
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	wg     sync.WaitGroup
-	// refusing closes every new connection at once, as a firewall that drops the way would.
-	refusing atomic.Bool
-}
-
-// Refuse makes the proxy close new connections at once (on) or carry them again (off).
-func (p *proxy) Refuse(on bool) { p.refusing.Store(on) }
-
-func newProxy(t testing.TB, target string) *proxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{t: t, ln: ln, target: target, conns: map[net.Conn]struct{}{}}
-	p.wg.Add(1)
-	go p.accept()
-	t.Cleanup(func() {
-		ln.Close()
-		p.Drop()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *proxy) Addr() string { return p.ln.Addr().String() }
-
-func (p *proxy) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		if p.refusing.Load() {
-			c.Close()
-			continue
-		}
-		up, err := net.DialTimeout("tcp", p.target, 5*time.Second)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns[c], p.conns[up] = struct{}{}, struct{}{}
-		p.mu.Unlock()
-		p.wg.Add(2)
-		go p.pipe(c, up)
-		go p.pipe(up, c)
-	}
-}
-
-func (p *proxy) pipe(dst, src net.Conn) {
-	defer p.wg.Done()
-	_, _ = io.Copy(dst, src)
-	dst.Close()
-	src.Close()
-	p.mu.Lock()
-	delete(p.conns, dst)
-	delete(p.conns, src)
-	p.mu.Unlock()
-}
-
-// Drop cuts every connection through the proxy; it returns how many it cut.
-func (p *proxy) Drop() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := len(p.conns) / 2
-	for c := range p.conns {
-		c.Close()
-	}
-	return n
 }
 
 // processesWith lists the pids whose command line contains marker.

@@ -81,10 +81,8 @@ func (r *jobRig) waitHolder(node string, timeout time.Duration) {
 
 // welcomedBy lists the app node of every welcome the RTE logged after mark, in order.
 func welcomedBy(rte *rteProc, mark int) []string {
-	rte.mu.Lock()
-	defer rte.mu.Unlock()
 	var nodes []string
-	for _, l := range rte.lines[mark:] {
+	for _, l := range rte.Lines(mark) {
 		if l["msg"] == "welcomed" {
 			n, _ := l["node"].(string)
 			nodes = append(nodes, n)
@@ -138,13 +136,11 @@ func TestNodesInboundTakeover(t *testing.T) {
 		t.Fatalf("after the stop the RTE was welcomed by %v, want app-2 alone", got)
 	}
 	resent := 0
-	a.RTE.mu.Lock()
-	for _, l := range a.RTE.lines[mark:] {
+	for _, l := range a.RTE.Lines(mark) {
 		if l["msg"] == "resent spooled records" {
 			resent++
 		}
 	}
-	a.RTE.mu.Unlock()
 	if resent == 0 {
 		t.Fatal("the RTE resent nothing to app-2, though the job printed while no node held its socket")
 	}

@@ -199,7 +199,7 @@ func TestSIGHUPKeepsJobsRunning(t *testing.T) {
 	r := newJobRig(t, withRTEEnv("METRICS_TOKEN=metrics-token-0123456789"))
 	metric := func(series string) string {
 		t.Helper()
-		_, body := r.RTE.probe("/metrics", "Authorization", "Bearer metrics-token-0123456789")
+		_, body := r.RTE.Probe("/metrics", "Authorization", "Bearer metrics-token-0123456789")
 		for _, line := range strings.Split(body, "\n") {
 			if v, ok := strings.CutPrefix(line, series+" "); ok {
 				return v
@@ -216,7 +216,7 @@ func TestSIGHUPKeepsJobsRunning(t *testing.T) {
 	r.RTE.WaitLogAfter(mark, "SIGHUP ignored: settings are read once, at start; restart the RTE to change them (SIGTERM drains)", 10*time.Second)
 	// A second one is no "second signal": nothing stops.
 	r.RTE.Signal(syscall.SIGHUP)
-	if code, body := r.RTE.probe("/ready"); code != 200 {
+	if code, body := r.RTE.Probe("/ready"); code != 200 {
 		t.Fatalf("/ready after SIGHUP = %d %s, want 200", code, body)
 	}
 	if v := metric("rte_jobs_running"); v != "1" {
@@ -261,7 +261,7 @@ func TestSIGHUPKeepsJobsRunning(t *testing.T) {
 // what a fresh RTE is.
 func TestMetricsNamesAndZeroSeries(t *testing.T) {
 	rte := startRTE(t, t.TempDir(), freePort(t), "RTE_TOKEN="+testToken, "METRICS_TOKEN=metrics-token-0123456789", "HTTPS=1")
-	code, body := rte.probe("/metrics", "Authorization", "Bearer metrics-token-0123456789")
+	code, body := rte.Probe("/metrics", "Authorization", "Bearer metrics-token-0123456789")
 	if code != 200 {
 		t.Fatalf("/metrics = %d", code)
 	}

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -13,14 +12,12 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -30,6 +27,7 @@ import (
 
 	"github.com/rte-project/rte/app"
 	"github.com/rte-project/rte/app/sqlitestore"
+	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/protocol"
 )
 
@@ -134,7 +132,7 @@ func waitReady(t *testing.T, rte *rteProc) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		code, body := rte.probe("/ready")
+		code, body := rte.Probe("/ready")
 		if code == http.StatusOK {
 			return
 		}
@@ -161,10 +159,8 @@ func noRace(t *testing.T, rtes ...*rteProc) {
 }
 
 func countLog(rte *rteProc, msg string) int {
-	rte.mu.Lock()
-	defer rte.mu.Unlock()
 	n := 0
-	for _, l := range rte.lines {
+	for _, l := range rte.Lines(0) {
 		if s, _ := l["msg"].(string); strings.Contains(s, msg) {
 			n++
 		}
@@ -183,7 +179,7 @@ func TestOutboundJoinApproveAndRun(t *testing.T) {
 	t.Cleanup(srv.Close)
 	const name = "rte-out-1"
 	rte := startRTE(t, t.TempDir(), freePort(t), outboundEnv("http://"+srv.Listener.Addr().String(), name)...)
-	if code, body := rte.probe("/ready"); code != http.StatusServiceUnavailable || !strings.Contains(body, "app") {
+	if code, body := rte.Probe("/ready"); code != http.StatusServiceUnavailable || !strings.Contains(body, "app") {
 		t.Fatalf("/ready before the app answered: %d %q, want 503 naming the app", code, body)
 	}
 	srv.Start()
@@ -375,11 +371,11 @@ func TestOutboundTLSAndProxy(t *testing.T) {
 		t.Cleanup(srv.Close)
 		_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
 		appHost := "app.rte-e2e.invalid:" + port
-		px := startE2EProxy(t, map[string]string{appHost: srv.Listener.Addr().String()})
+		px := testenv.StartConnectProxy(t, map[string]string{appHost: srv.Listener.Addr().String()})
 		rte := startRTE(t, t.TempDir(), freePort(t), outboundEnv("http://"+appHost, "rte-proxied",
-			"RTE_JOIN_TOKEN="+joinToken, "HTTPS_PROXY=http://"+px.ln.Addr().String())...)
+			"RTE_JOIN_TOKEN="+joinToken, "HTTPS_PROXY=http://"+px.Addr())...)
 		rte.WaitLogMatch(0, "welcomed", 30*time.Second, welcomedWith(true))
-		if got := px.seen(); len(got) == 0 || got[0] != appHost {
+		if got := px.Seen(); len(got) == 0 || got[0] != appHost {
 			t.Fatalf("the proxy was asked for %v, want CONNECT %s", got, appHost)
 		}
 		noRace(t, rte)
@@ -430,96 +426,4 @@ func (ca *e2eCA) leaf(t *testing.T) tls.Certificate {
 		t.Fatal(err)
 	}
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
-
-// e2eProxy is an HTTP CONNECT proxy on 127.0.0.1 that maps the names in resolve to addresses,
-// as a proxy with its own DNS would, and keeps every target it was asked for.
-type e2eProxy struct {
-	ln      net.Listener
-	resolve map[string]string
-	wg      sync.WaitGroup
-
-	mu      sync.Mutex
-	targets []string
-	conns   []net.Conn
-}
-
-func startE2EProxy(t *testing.T, resolve map[string]string) *e2eProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &e2eProxy{ln: ln, resolve: resolve}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			p.track(c)
-			p.wg.Add(1)
-			go func() { defer p.wg.Done(); p.handle(c) }()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		p.mu.Lock()
-		for _, c := range p.conns {
-			c.Close()
-		}
-		p.mu.Unlock()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *e2eProxy) track(c net.Conn) {
-	p.mu.Lock()
-	p.conns = append(p.conns, c)
-	p.mu.Unlock()
-}
-
-func (p *e2eProxy) handle(c net.Conn) {
-	defer c.Close()
-	br := bufio.NewReader(c)
-	req, err := http.ReadRequest(br)
-	if err != nil || req.Method != http.MethodConnect {
-		_, _ = io.WriteString(c, "HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n")
-		return
-	}
-	p.mu.Lock()
-	p.targets = append(p.targets, req.Host)
-	p.mu.Unlock()
-	target, ok := p.resolve[req.Host]
-	if !ok {
-		// Only the names it was given: this proxy must never reach beyond the machine.
-		_, _ = io.WriteString(c, "HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
-		return
-	}
-	up, err := net.Dial("tcp", target)
-	if err != nil {
-		_, _ = io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
-		return
-	}
-	p.track(up)
-	defer up.Close()
-	_, _ = io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n")
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_, _ = io.Copy(up, br)
-		up.Close()
-	}()
-	_, _ = io.Copy(c, up)
-	c.Close()
-	<-done
-}
-
-func (p *e2eProxy) seen() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return slices.Clone(p.targets)
 }
