@@ -14,15 +14,17 @@ type T interface {
 	TempDir() string
 }
 
-// PollEvery is how often Poll and Eventually look again: short enough that a test waits
-// little past the moment its condition holds, long enough not to busy a 2-core machine.
+// PollEvery is the longest Poll and Eventually wait between looks. They start at a
+// millisecond and double up to it: a condition that holds almost at once costs almost
+// nothing, and a long wait does not busy a 2-core machine.
 const PollEvery = 20 * time.Millisecond
 
-// Poll calls cond every PollEvery until it returns true (Poll returns true) or within has
-// passed (Poll returns false after one last look). cond runs on the caller's goroutine, so a
-// test may call t.Fatal in it.
+// Poll calls cond until it returns true (Poll returns true) or within has passed (Poll
+// returns false after one last look). cond runs on the caller's goroutine, so a test may call
+// t.Fatal in it.
 func Poll(within time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(within)
+	pause := time.Millisecond
 	for {
 		if cond() {
 			return true
@@ -30,7 +32,8 @@ func Poll(within time.Duration, cond func() bool) bool {
 		if !time.Now().Before(deadline) {
 			return false
 		}
-		time.Sleep(PollEvery)
+		time.Sleep(pause)
+		pause = min(2*pause, PollEvery)
 	}
 }
 
