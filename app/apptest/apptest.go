@@ -50,8 +50,8 @@ type Config struct {
 	PlainHTTP bool
 	// AppNode, when set, is the only X-App-Node accepted; when empty any non-empty one is.
 	AppNode string
-	// Refuse, when set, decides a new job's fate: a refusal code, or "" to accept it.
-	Refuse func(protocol.JobStart) string
+	// Refuse, when set, decides a new job's fate: the refusal to send, or nil to accept it.
+	Refuse func(protocol.JobStart) *protocol.JobRefused
 	// CheckAck, when set, is called for every ack as it arrives; an error it returns is kept
 	// as a violation.
 	CheckAck func(protocol.Ack) error
@@ -61,10 +61,9 @@ type Config struct {
 	RawHello []byte
 }
 
-// RTE is the fake RTE. Its methods are safe for concurrent use. Close (also run at the end of
-// the test that started it) stops it and waits for its goroutines.
+// RTE is the fake RTE. Its methods are safe for concurrent use. Close (run at the end of the
+// test that started it with Start) stops it and waits for its goroutines.
 type RTE struct {
-	t   testing.TB
 	cfg Config
 	der []byte
 
@@ -104,11 +103,10 @@ type job struct {
 	ended   bool
 }
 
-// Start starts a fake RTE and closes it when the test ends.
-func Start(t testing.TB, cfg Config) *RTE {
-	t.Helper()
+// New starts a fake RTE; Close stops it. Start is New for a test, closed when the test ends.
+func New(cfg Config) (*RTE, error) {
 	if cfg.Token == "" {
-		t.Fatal("apptest: Config.Token is required")
+		return nil, errors.New("apptest: Config.Token is required")
 	}
 	if cfg.Name == "" {
 		cfg.Name = "rte01"
@@ -123,14 +121,14 @@ func Start(t testing.TB, cfg Config) *RTE {
 		cfg.Addr = "127.0.0.1:0"
 	}
 	r := &RTE{
-		t: t, cfg: cfg, jobs: map[string]*job{}, offers: map[string]int{},
+		cfg: cfg, jobs: map[string]*job{}, offers: map[string]int{},
 		starts: make(chan protocol.JobStart, queue), cancels: make(chan string, queue), errs: make(chan protocol.Error, queue),
 		welcomed: make(chan struct{}, queue), refusals: make(chan string, queue), settings: make(chan protocol.Settings, queue),
 		upgrades: make(chan struct{}, queue), frames: make(chan []byte, queue), closes: make(chan int, queue),
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
-		t.Fatalf("apptest: listen %s: %v", cfg.Addr, err)
+		return nil, fmt.Errorf("apptest: listen %s: %w", cfg.Addr, err)
 	}
 	r.ln = ln
 	if !cfg.PlainHTTP {
@@ -139,7 +137,7 @@ func Start(t testing.TB, cfg Config) *RTE {
 			c, err := SelfSigned()
 			if err != nil {
 				ln.Close()
-				t.Fatalf("apptest: %v", err)
+				return nil, fmt.Errorf("apptest: %w", err)
 			}
 			cert = &c
 		}
@@ -157,6 +155,17 @@ func Start(t testing.TB, cfg Config) *RTE {
 		defer r.wg.Done()
 		_ = r.srv.Serve(r.ln)
 	}()
+	return r, nil
+}
+
+// Start starts a fake RTE for t and closes it when the test ends; it fails t when the fake
+// cannot listen.
+func Start(t testing.TB, cfg Config) *RTE {
+	t.Helper()
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(r.Close)
 	return r
 }
@@ -377,7 +386,7 @@ func (r *RTE) handshake(ws *websocket.Conn) error {
 func (r *RTE) write(ws *websocket.Conn, m protocol.Message) error {
 	b, err := protocol.Encode(m)
 	if err != nil {
-		r.t.Errorf("apptest: encode %s: %v", m.Type(), err)
+		r.violation("the fake RTE cannot encode its own %s: %v", m.Type(), err)
 		return err
 	}
 	return ws.WriteMessage(websocket.TextMessage, b)
@@ -403,8 +412,8 @@ func (r *RTE) receive(ws *websocket.Conn, m protocol.Message) {
 			return
 		}
 		if r.cfg.Refuse != nil {
-			if code := r.cfg.Refuse(*m); code != "" {
-				r.reply(ws, protocol.JobRefused{Job: m.Job, Code: code, Message: "the fake RTE refuses: " + code})
+			if refusal := r.cfg.Refuse(*m); refusal != nil {
+				r.reply(ws, *refusal)
 				r.refusals <- m.Job
 				return
 			}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -15,12 +16,12 @@ import (
 // Emit appends a record of kind (protocol.KindOutput, KindEvents, KindEnd, ...) with data to
 // the job's spool and sends it when a socket is up, as the RTE does once the record is durable
 // in its spool. A record emitted while no socket is up goes out in the next handshake's
-// resend. It returns the record as sent.
+// resend. It returns the record as sent. data must marshal to JSON: Emit panics otherwise,
+// since that is a mistake in the test, not in the app.
 func (r *RTE) Emit(jobID, kind string, data any) protocol.Record {
-	r.t.Helper()
 	raw, err := json.Marshal(data)
 	if err != nil {
-		r.t.Fatalf("apptest: emit %s for job %s: %v", kind, jobID, err)
+		panic(fmt.Sprintf("apptest: emit %s for job %s: %v", kind, jobID, err))
 	}
 	r.wmu.Lock()
 	defer r.wmu.Unlock()
@@ -53,31 +54,29 @@ func (r *RTE) Adopt(jobID string) {
 	}
 }
 
-// Send writes any message on the current socket; it fails the test when no socket is up.
-func (r *RTE) Send(m protocol.Message) {
-	r.t.Helper()
+// Send writes any message on the current socket.
+func (r *RTE) Send(m protocol.Message) error {
 	b, err := protocol.Encode(m)
 	if err != nil {
-		r.t.Fatalf("apptest: encode %s: %v", m.Type(), err)
+		return fmt.Errorf("apptest: encode %s: %w", m.Type(), err)
 	}
-	r.SendRaw(b)
+	return r.SendRaw(b)
 }
 
-// SendRaw writes one text frame as is on the current socket (the newest in raw mode); it
-// fails the test when no socket is up or the write fails.
-func (r *RTE) SendRaw(frame []byte) {
-	r.t.Helper()
+// SendRaw writes one text frame as is on the current socket (the newest in raw mode).
+func (r *RTE) SendRaw(frame []byte) error {
 	r.wmu.Lock()
 	defer r.wmu.Unlock()
 	r.mu.Lock()
 	ws := r.ws
 	r.mu.Unlock()
 	if ws == nil {
-		r.t.Fatalf("apptest: the fake RTE has no socket to send %.60s on", frame)
+		return fmt.Errorf("apptest: the fake RTE has no socket to send %.60s on", frame)
 	}
 	if err := ws.WriteMessage(websocket.TextMessage, frame); err != nil {
-		r.t.Fatalf("apptest: send: %v", err)
+		return fmt.Errorf("apptest: send: %w", err)
 	}
+	return nil
 }
 
 // Drop cuts the TCP connection under the current socket, with no close frame: what a network
@@ -172,11 +171,11 @@ func (r *RTE) Violations() []string {
 	return slices.Clone(r.violations)
 }
 
-// NoViolations fails the test with every breach of the protocol the fake saw.
-func (r *RTE) NoViolations() {
-	r.t.Helper()
+// NoViolations fails t with every breach of the protocol the fake saw.
+func (r *RTE) NoViolations(t testing.TB) {
+	t.Helper()
 	for _, v := range r.Violations() {
-		r.t.Error(v)
+		t.Error(v)
 	}
 }
 
