@@ -263,6 +263,9 @@ type testEnv struct {
 
 func requireAnsible(t *testing.T) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: this test runs the real ansible-playbook")
+	}
 	if _, err := exec.LookPath("ansible-playbook"); err != nil {
 		t.Skip("ansible-playbook is not in PATH: apt-get install -y ansible-core")
 	}
