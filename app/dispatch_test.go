@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rte-project/rte/app"
+	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/protocol"
 )
 
@@ -127,12 +128,8 @@ func TestJobLifecycle(t *testing.T) {
 
 func waitAcked(t *testing.T, sim *simRTE, job string, seq int64) {
 	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for sim.Acked(job) < seq {
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s: the runner has acks up to %d, want %d within %s", job, sim.Acked(job), seq, waitLimit)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !testenv.Poll(waitLimit, func() bool { return sim.Acked(job) >= seq }) {
+		t.Fatalf("job %s: the runner has acks up to %d, want %d within %s", job, sim.Acked(job), seq, waitLimit)
 	}
 }
 
@@ -545,15 +542,8 @@ func TestWaitingRunnerNotDialled(t *testing.T) {
 	if err := ta.Reject(ctx, "rte01", "test"); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(waitLimit)
-	for {
-		if _, ok := ta.Status("rte01"); !ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the app still holds a socket to a rejected runner after %s", waitLimit)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !testenv.Poll(waitLimit, func() bool { _, ok := ta.Status("rte01"); return !ok }) {
+		t.Fatalf("the app still holds a socket to a rejected runner after %s", waitLimit)
 	}
 }
 

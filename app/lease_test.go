@@ -14,6 +14,7 @@ import (
 
 	"github.com/rte-project/rte/app"
 	"github.com/rte-project/rte/app/sqlitestore"
+	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/protocol"
 )
 
@@ -63,16 +64,13 @@ func node(t *testing.T, store app.Store, name string, edit func(*app.Config)) (*
 // waitHeldBy waits until ta reports the runner's socket at node (remote or its own).
 func waitHeldBy(t *testing.T, ta *testApp, runner, node string, remote bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for {
-		st, ok := ta.Status(runner)
-		if ok && st.Connected && st.Node == node && st.Remote == remote {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("runner %s: status %+v (ok %v), want connected at %s (remote %v) within %s", runner, st, ok, node, remote, waitLimit)
-		}
-		time.Sleep(5 * time.Millisecond)
+	var st app.RunnerStatus
+	var ok bool
+	if !testenv.Poll(waitLimit, func() bool {
+		st, ok = ta.Status(runner)
+		return ok && st.Connected && st.Node == node && st.Remote == remote
+	}) {
+		t.Fatalf("runner %s: status %+v (ok %v), want connected at %s (remote %v) within %s", runner, st, ok, node, remote, waitLimit)
 	}
 }
 
@@ -322,12 +320,8 @@ func TestStoreTrouble(t *testing.T) {
 	a, _ := node(t, store, "app-1", nil)
 	waitTrouble := func(want func(error) bool, what string) {
 		t.Helper()
-		deadline := time.Now().Add(waitLimit)
-		for !want(a.StoreTrouble()) {
-			if time.Now().After(deadline) {
-				t.Fatalf("StoreTrouble is %v, want %s within %s", a.StoreTrouble(), what, waitLimit)
-			}
-			time.Sleep(5 * time.Millisecond)
+		if !testenv.Poll(waitLimit, func() bool { return want(a.StoreTrouble()) }) {
+			t.Fatalf("StoreTrouble is %v, want %s within %s", a.StoreTrouble(), what, waitLimit)
 		}
 	}
 	if err := a.StoreTrouble(); err != nil {

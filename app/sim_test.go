@@ -8,6 +8,7 @@ import (
 
 	"github.com/rte-project/rte/app"
 	"github.com/rte-project/rte/app/apptest"
+	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/protocol"
 )
 
@@ -119,16 +120,10 @@ func (ta *testApp) waitConnected(t *testing.T, s *simRTE) {
 	t.Helper()
 	recv(t, s.Welcomed(), "socket from the app to "+s.name)
 	// The sim's side of the handshake ends a moment before the App starts serving the socket.
-	deadline := time.Now().Add(waitLimit)
-	for {
-		if st, ok := ta.Status(s.name); ok && st.Connected {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the app did not report %s connected within %s", s.name, waitLimit)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	testenv.Eventually(t, waitLimit, "the app reports "+s.name+" connected", func() bool {
+		st, ok := ta.Status(s.name)
+		return ok && st.Connected
+	})
 }
 
 // waitJob waits, through Watch alone, until cond holds for the job, and returns it.
