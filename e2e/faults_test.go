@@ -71,10 +71,7 @@ func TestKillRTEMidJob(t *testing.T) {
 	r.waitState(j.ID, app.JobRunning, time.Minute)
 	waitPresent(t, "sleep 304")
 	// Wait until the job has told the app something beyond its start.
-	deadline := time.Now().Add(time.Minute)
-	for len(r.records(j.ID)) < 2 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.Poll(time.Minute, func() bool { return len(r.records(j.ID)) >= 2 })
 	before := r.records(j.ID)
 
 	r.RTE.Signal(syscall.SIGKILL)

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/rte-project/rte/app"
+	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/pinning"
 	"github.com/rte-project/rte/protocol"
 	"github.com/rte-project/rte/server/socket"
@@ -42,18 +43,15 @@ func newAppHalf(t *testing.T) *appHalf {
 // waitRunner waits until the app holds runner name in the wanted state.
 func (a *appHalf) waitRunner(t *testing.T, name string, want app.State) *app.Runner {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
 	var last *app.Runner
-	for time.Now().Before(deadline) {
+	if !testenv.Poll(30*time.Second, func() bool {
 		r, err := a.Store.GetRunner(context.Background(), name)
-		if err == nil && r.State == want {
-			return r
-		}
 		last = r
-		time.Sleep(20 * time.Millisecond)
+		return err == nil && r.State == want
+	}) {
+		t.Fatalf("runner %q did not reach state %q within 30s; last seen %+v", name, want, last)
 	}
-	t.Fatalf("runner %q did not reach state %q within 30s; last seen %+v", name, want, last)
-	return nil
+	return last
 }
 
 func inboundEnv(a *appHalf, name string, port int, extra ...string) []string {

@@ -124,14 +124,9 @@ func (r *jobRig) Restart() {
 
 func (r *jobRig) waitConnected() {
 	r.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		if st, ok := r.App.Status(r.Name); ok && st.Connected {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testenv.Poll(60*time.Second, func() bool { st, ok := r.App.Status(r.Name); return ok && st.Connected }) {
+		r.t.Fatalf("the app did not connect to runner %s within 60s", r.Name)
 	}
-	r.t.Fatalf("the app did not connect to runner %s within 60s", r.Name)
 }
 
 // submit queues a job on the rig's runner.
@@ -147,41 +142,36 @@ func (r *jobRig) submit(js protocol.JobStart) *app.Job {
 // waitState waits until the job is in state (or ended, which ends every wait).
 func (r *jobRig) waitState(id string, state app.JobState, timeout time.Duration) *app.Job {
 	r.t.Helper()
-	deadline := time.Now().Add(timeout)
-	var j *app.Job
-	for time.Now().Before(deadline) {
-		var err error
-		j, err = r.App.GetJob(context.Background(), id)
-		if err != nil {
-			r.t.Fatal(err)
-		}
-		if j.State == state || j.State == app.JobEnded {
-			return j
-		}
-		time.Sleep(25 * time.Millisecond)
+	j := r.pollJob(id, timeout, func(j *app.Job) bool { return j.State == state || j.State == app.JobEnded })
+	if j == nil || (j.State != state && j.State != app.JobEnded) {
+		r.t.Fatalf("job %s not %s within %s: %+v", id, state, timeout, j)
 	}
-	r.t.Fatalf("job %s not %s within %s: %+v", id, state, timeout, j)
-	return nil
+	return j
 }
 
 // waitEnd waits for the job's end, and for every record up to it to be stored.
 func (r *jobRig) waitEnd(id string, timeout time.Duration) *app.Job {
 	r.t.Helper()
-	deadline := time.Now().Add(timeout)
+	j := r.pollJob(id, timeout, func(j *app.Job) bool { return j.State == app.JobEnded })
+	if j == nil || j.State != app.JobEnded {
+		r.t.Fatalf("job %s did not end within %s: %+v\nRTE log:\n%s", id, timeout, j, testenv.Tail(r.RTE.Log(), 40))
+	}
+	return j
+}
+
+// pollJob reads the job until done accepts it or timeout passes, and returns the last read.
+func (r *jobRig) pollJob(id string, timeout time.Duration, done func(*app.Job) bool) *app.Job {
+	r.t.Helper()
 	var j *app.Job
-	for time.Now().Before(deadline) {
+	testenv.Poll(timeout, func() bool {
 		var err error
 		j, err = r.App.GetJob(context.Background(), id)
 		if err != nil {
 			r.t.Fatal(err)
 		}
-		if j.State == app.JobEnded {
-			return j
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-	r.t.Fatalf("job %s did not end within %s: %+v\nRTE log:\n%s", id, timeout, j, testenv.Tail(r.RTE.Log(), 40))
-	return nil
+		return done(j)
+	})
+	return j
 }
 
 // records reads every stored record of a job.

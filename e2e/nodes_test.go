@@ -22,6 +22,7 @@ import (
 
 	"github.com/rte-project/rte/app"
 	"github.com/rte-project/rte/app/sqlitestore"
+	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/protocol"
 )
 
@@ -66,16 +67,13 @@ func (r *jobRig) StopNode() {
 // waitHolder waits until the rig's App reports the runner's socket at node.
 func (r *jobRig) waitHolder(node string, timeout time.Duration) {
 	r.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		st, ok := r.App.Status(r.Name)
-		if ok && st.Connected && st.Node == node {
-			return
-		}
-		if time.Now().After(deadline) {
-			r.t.Fatalf("runner %s: status %+v, want its socket held by %s within %s", r.Name, st, node, timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var st app.RunnerStatus
+	if !testenv.Poll(timeout, func() bool {
+		var ok bool
+		st, ok = r.App.Status(r.Name)
+		return ok && st.Connected && st.Node == node
+	}) {
+		r.t.Fatalf("runner %s: status %+v, want its socket held by %s within %s", r.Name, st, node, timeout)
 	}
 }
 
@@ -104,10 +102,7 @@ func TestNodesInboundTakeover(t *testing.T) {
 	j := b.submit(protocol.JobStart{Playbook: "lines.yml", Inventories: []string{"local.ini"},
 		Extravars: json.RawMessage(fmt.Sprintf(`{"lines":%d,"batches":10,"pause":1}`, lines))})
 	a.waitState(j.ID, app.JobRunning, time.Minute)
-	deadline := time.Now().Add(time.Minute)
-	for len(a.records(j.ID)) < 3 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.Poll(time.Minute, func() bool { return len(a.records(j.ID)) >= 3 })
 	if got := welcomedBy(a.RTE, 0); strings.Join(got, ",") != "app-1" {
 		t.Fatalf("before the stop the RTE was welcomed by %v, want app-1 alone: one node holds the socket", got)
 	}
@@ -337,12 +332,8 @@ func nodesTakeover(t *testing.T, a, b *refApp, what string, fault func(victim st
 	if holder == "e2e-node-b" {
 		survivor, victim = a, "e2e-node-b"
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for runnerOn(t, survivor, name) != holder {
-		if time.Now().After(deadline) {
-			t.Fatalf("the surviving node does not show the runner's socket at %s", holder)
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !testenv.Poll(30*time.Second, func() bool { return runnerOn(t, survivor, name) == holder }) {
+		t.Fatalf("the surviving node does not show the runner's socket at %s", holder)
 	}
 
 	const lines = 25000

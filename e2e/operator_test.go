@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rte-project/rte/app"
+	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/pinning"
 	"github.com/rte-project/rte/protocol"
 )
@@ -227,9 +228,7 @@ func TestSIGHUPKeepsJobsRunning(t *testing.T) {
 		t.Fatalf("job after SIGHUP: %+v, want success", end)
 	}
 	// The end reaches the app as the runner lets go of the job: wait for that.
-	for deadline := time.Now().Add(10 * time.Second); metric("rte_jobs_running") != "0" && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Poll(10*time.Second, func() bool { return metric("rte_jobs_running") == "0" })
 	for series, want := range map[string]string{
 		"rte_jobs_running": "0", `rte_jobs_ended_total{status="success"}`: "1",
 		`rte_job_duration_seconds_count{status="success"}`: "1", `rte_jobs_ended_total{status="abandoned"}`: "0",

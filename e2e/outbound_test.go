@@ -98,15 +98,15 @@ func (oa *outboundApp) dialsOf(name string) int {
 // waitRunner waits until the runner is stored in state.
 func (oa *outboundApp) waitRunner(name string, state app.State) *app.Runner {
 	oa.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if r, err := oa.Store.GetRunner(context.Background(), name); err == nil && r.State == state {
-			return r
-		}
-		time.Sleep(20 * time.Millisecond)
+	var r *app.Runner
+	if !testenv.Poll(30*time.Second, func() bool {
+		got, err := oa.Store.GetRunner(context.Background(), name)
+		r = got
+		return err == nil && got.State == state
+	}) {
+		oa.t.Fatalf("runner %q not %s within 30s", name, state)
 	}
-	oa.t.Fatalf("runner %q not %s within 30s", name, state)
-	return nil
+	return r
 }
 
 // rig gives the jobRig helpers (submit, waitEnd, story) over this app and an RTE.
@@ -130,16 +130,10 @@ func outboundToken(name string) string { return "e2e-outbound-token-" + name }
 // waitReady polls /ready until it answers 200.
 func waitReady(t *testing.T, rte *rteProc) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		code, body := rte.Probe("/ready")
-		if code == http.StatusOK {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/ready still %d %q after 30s", code, body)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var code int
+	var body string
+	if !testenv.Poll(30*time.Second, func() bool { code, body = rte.Probe("/ready"); return code == http.StatusOK }) {
+		t.Fatalf("/ready still %d %q after 30s", code, body)
 	}
 }
 
@@ -289,10 +283,7 @@ func TestOutboundAppRestartMidJob(t *testing.T) {
 	j := jr.submit(protocol.JobStart{Playbook: "lines.yml", Inventories: []string{"local.ini"},
 		Extravars: json.RawMessage(fmt.Sprintf(`{"lines":%d,"batches":8,"pause":1}`, lines))})
 	jr.waitState(j.ID, app.JobRunning, time.Minute)
-	deadline := time.Now().Add(time.Minute)
-	for len(jr.records(j.ID)) < 2 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.Poll(time.Minute, func() bool { return len(jr.records(j.ID)) >= 2 })
 
 	mark := rte.Mark()
 	oa.Stop()
