@@ -29,11 +29,7 @@ func BenchmarkPinnedHandshake(b *testing.B) {
 		b.Fatal(err)
 	}
 	_ = rte
-	store := app.NewMemoryStore()
-	a, err := app.New(app.Config{Store: store, Node: "bench"})
-	if err != nil {
-		b.Fatal(err)
-	}
+	a := startAppSide(b, withAppConfig(func(c *app.Config) { c.Node, c.Logger = "bench", nil })).App
 	ctx := context.Background()
 	if err := a.AddRunner(ctx, &app.Runner{Name: "bench", URL: fmt.Sprintf("https://127.0.0.1:%d", port),
 		Mode: protocol.ModeInbound, Token: testToken, CertificateSHA256: protocol.CertificateSHA256(der)}); err != nil {

@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/rte-project/rte/app"
 	"github.com/rte-project/rte/internal/testenv"
@@ -22,22 +20,11 @@ import (
 const testToken = "e2e-token-0123456789abcdef"
 
 // appHalf is the real app half on a real HTTP listener, with an in-memory store.
-type appHalf struct {
-	*app.App
-	Store app.Store
-	URL   string
-}
+type appHalf struct{ *appSide }
 
 func newAppHalf(t *testing.T) *appHalf {
 	t.Helper()
-	store := app.NewMemoryStore()
-	a, err := app.New(app.Config{Store: store, Logger: zaptest.NewLogger(t), Node: "app-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(a.Handler())
-	t.Cleanup(srv.Close)
-	return &appHalf{App: a, Store: store, URL: srv.URL}
+	return &appHalf{startAppSide(t, served())}
 }
 
 // waitRunner waits until the app holds runner name in the wanted state.

@@ -4,17 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zaptest"
-
 	"github.com/rte-project/rte/app"
-	"github.com/rte-project/rte/app/sqlitestore"
 	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/protocol"
 )
@@ -26,22 +22,19 @@ const joinToken = "e2e-join-token-0123456789"
 // change that: withRTEEnv, withApp). The app reaches the RTE through a TCP proxy that a test
 // can cut.
 type jobRig struct {
-	t      testing.TB
-	App    *app.App
-	Store  app.Store
-	RTE    *rteProc
-	Proxy  *testenv.Forwarder
-	Name   string
-	dir    string
-	env    []string
-	cancel context.CancelFunc
-	done   chan struct{}
+	t     testing.TB
+	App   *app.App
+	Store app.Store
+	RTE   *rteProc
+	Proxy *testenv.Forwarder
+	Name  string
+	dir   string
+	env   []string
 
-	// For more app nodes on the same store (nodes_test.go): the file, the config this node
-	// was made with, and its listener, where the RTE registers.
-	dbPath string
-	appCfg app.Config
-	srv    *httptest.Server
+	// side is this node's app half: for more app nodes on the same store (nodes_test.go), its
+	// file, the config it was made with, and its listener, where the RTE registers. Nil on a
+	// rig over another helper's App (outboundApp.rig).
+	side *appSide
 }
 
 type rigOption func(*rigConfig)
@@ -66,53 +59,39 @@ func newJobRig(t testing.TB, opts ...rigOption) *jobRig {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	dbPath := filepath.Join(t.TempDir(), "app.db")
-	store, err := sqlitestore.Open(dbPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	appCfg := app.Config{
-		Store: store, Logger: zaptest.NewLogger(t), Node: "app-1", JoinToken: joinToken,
-		RedialMin: 50 * time.Millisecond, RedialMax: 300 * time.Millisecond,
-		PollInterval: 100 * time.Millisecond,
-	}
+	appOpts := []appOption{onSQLite(""), served(), withAppConfig(func(c *app.Config) {
+		c.JoinToken = joinToken
+		c.RedialMin, c.RedialMax = 50*time.Millisecond, 300*time.Millisecond
+		c.PollInterval = 100 * time.Millisecond
+	})}
 	if cfg.appEdit != nil {
-		cfg.appEdit(&appCfg)
+		appOpts = append(appOpts, withAppConfig(cfg.appEdit))
 	}
-	a, err := app.New(appCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(a.Handler())
-	t.Cleanup(srv.Close)
+	side := startAppSide(t, appOpts...)
 
 	testdata, _ := filepath.Abs("testdata")
 	port := freePort(t)
 	px := testenv.StartForwarder(t, fmt.Sprintf("127.0.0.1:%d", port))
-	r := &jobRig{t: t, App: a, Store: store, Proxy: px, Name: "rte-jobs", dir: t.TempDir(), done: make(chan struct{}),
-		dbPath: dbPath, appCfg: appCfg, srv: srv}
+	r := &jobRig{t: t, App: side.App, Store: side.Store, Proxy: px, Name: "rte-jobs", dir: t.TempDir(), side: side}
 	r.env = append([]string{
 		"HTTPS=1", "RTE_TOKEN=" + testToken, "RTE_NAME=" + r.Name, "RTE_JOIN_TOKEN=" + joinToken,
-		"APP_URL=" + srv.URL, "RTE_URL=https://" + px.Addr(),
+		"APP_URL=" + side.URL, "RTE_URL=https://" + px.Addr(),
 		"RTE_FILES=local", "ANSIBLE_PATH=" + filepath.Join(testdata, "playbooks"),
 		"REPO_PATH=" + filepath.Join(testdata, "inventory"),
 		"RTE_DRAIN_SECONDS=2",
 	}, cfg.rteEnv...)
 	r.RTE = startRTE(t, r.dir, port, r.env...)
 
-	ctx, cancel := context.WithCancel(context.Background())
-	r.cancel = cancel
-	go func() { defer close(r.done); _ = a.Run(ctx) }()
-	t.Cleanup(r.Stop)
+	side.Start(t)
 	r.waitConnected()
 	return r
 }
 
 // Stop ends the app's Run loop and waits for it.
 func (r *jobRig) Stop() {
-	r.cancel()
-	<-r.done
+	if r.side != nil {
+		r.side.Stop()
+	}
 }
 
 // Restart starts the RTE again in the same directory (same certificate, same spool).

@@ -21,7 +21,6 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/rte-project/rte/app"
-	"github.com/rte-project/rte/app/sqlitestore"
 	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/protocol"
 )
@@ -32,36 +31,16 @@ import (
 // node's App and store.
 func (r *jobRig) addNode(name string, edits ...func(*app.Config)) *jobRig {
 	r.t.Helper()
-	store, err := sqlitestore.Open(r.dbPath)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	r.t.Cleanup(func() { store.Close() })
-	cfg := r.appCfg
-	cfg.Store, cfg.Node = store, name
-	for _, edit := range edits {
-		edit(&cfg)
-	}
-	a, err := app.New(cfg)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	srv := httptest.NewServer(a.Handler())
-	r.t.Cleanup(srv.Close)
-	n := &jobRig{t: r.t, App: a, Store: store, RTE: r.RTE, Proxy: r.Proxy, Name: r.Name, dir: r.dir, env: r.env,
-		done: make(chan struct{}), dbPath: r.dbPath, appCfg: cfg, srv: srv}
-	ctx, cancel := context.WithCancel(context.Background())
-	n.cancel = cancel
-	go func() { defer close(n.done); _ = a.Run(ctx) }()
-	r.t.Cleanup(n.Stop)
-	return n
+	side := startAppSide(r.t, onSQLite(r.side.DBPath), fromConfig(r.side.Config), served(), running(),
+		withAppConfig(func(c *app.Config) { c.Node = name }), withAppConfig(edits...))
+	return &jobRig{t: r.t, App: side.App, Store: side.Store, RTE: r.RTE, Proxy: r.Proxy, Name: r.Name, dir: r.dir, env: r.env, side: side}
 }
 
 // StopNode stops the node as an operator stopping rte-app would: its Run ends (closing its
 // sockets and freeing its leases), and its listener closes.
 func (r *jobRig) StopNode() {
 	r.Stop()
-	r.srv.Close()
+	r.side.srv.Close()
 }
 
 // waitHolder waits until the rig's App reports the runner's socket at node.

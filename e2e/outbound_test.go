@@ -23,8 +23,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zaptest"
-
 	"github.com/rte-project/rte/app"
 	"github.com/rte-project/rte/app/sqlitestore"
 	"github.com/rte-project/rte/internal/testenv"
@@ -34,11 +32,10 @@ import (
 // outboundApp is the real app half (SQLite store, Run loop) that outbound RTEs dial. Its
 // handler counts the sockets each runner name asks for, to catch an RTE that dials too often.
 type outboundApp struct {
-	t      *testing.T
-	App    *app.App
-	Store  *sqlitestore.Store
-	cancel context.CancelFunc
-	done   chan struct{}
+	t     *testing.T
+	App   *app.App
+	Store app.Store
+	side  *appSide
 
 	mu    sync.Mutex
 	dials map[string]int
@@ -48,36 +45,19 @@ type outboundApp struct {
 // edits change its config first (another node name, a seed).
 func newOutboundApp(t *testing.T, dbPath string, edits ...func(*app.Config)) *outboundApp {
 	t.Helper()
-	if dbPath == "" {
-		dbPath = filepath.Join(t.TempDir(), "app.db")
-	}
-	store, err := sqlitestore.Open(dbPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := app.Config{
-		Store: store, Logger: zaptest.NewLogger(t), Node: "app-1", JoinToken: joinToken,
-		PollInterval: 100 * time.Millisecond,
-	}
-	for _, edit := range edits {
-		edit(&cfg)
-	}
-	a, err := app.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	oa := &outboundApp{t: t, App: a, Store: store, cancel: cancel, done: make(chan struct{}), dials: map[string]int{}}
-	go func() { defer close(oa.done); _ = a.Run(ctx) }()
+	side := startAppSide(t, onSQLite(dbPath), running(), withAppConfig(func(c *app.Config) {
+		c.JoinToken = joinToken
+		c.PollInterval = 100 * time.Millisecond
+	}), withAppConfig(edits...))
+	oa := &outboundApp{t: t, App: side.App, Store: side.Store, side: side, dials: map[string]int{}}
 	t.Cleanup(oa.Stop)
 	return oa
 }
 
 // Stop ends Run, which closes every outbound socket, and closes the store. Safe to call twice.
 func (oa *outboundApp) Stop() {
-	oa.cancel()
-	<-oa.done
-	_ = oa.Store.Close()
+	oa.side.Stop()
+	_ = oa.Store.(*sqlitestore.Store).Close()
 }
 
 func (oa *outboundApp) ServeHTTP(w http.ResponseWriter, r *http.Request) {
