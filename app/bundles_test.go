@@ -21,6 +21,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/rte-project/rte/app"
+	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/protocol"
 )
 
@@ -364,12 +365,8 @@ func TestBadSourceAnswerEndsTheJob(t *testing.T) {
 func TestNoBundleSource(t *testing.T) {
 	ta, x := transferApp(t, nil)
 	// The runner's hello said transfer: a job without files has nothing to send it.
-	deadline := time.Now().Add(waitLimit)
-	for ta.runner(t, x.name).Files != protocol.FilesTransfer {
-		if time.Now().After(deadline) {
-			t.Fatal("the runner's file mode was never stored")
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !testenv.Poll(waitLimit, func() bool { return ta.runner(t, x.name).Files == protocol.FilesTransfer }) {
+		t.Fatal("the runner's file mode was never stored")
 	}
 	_, err := ta.Submit(context.Background(), app.JobRequest{Runner: x.name, JobStart: protocol.JobStart{Playbook: "site.yml"}})
 	if err == nil || !strings.Contains(err.Error(), "RTE_FILES=local") {

@@ -11,6 +11,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/rte-project/rte/app"
+	"github.com/rte-project/rte/app/apptest"
 	"github.com/rte-project/rte/pinning"
 	"github.com/rte-project/rte/protocol"
 )
@@ -274,8 +275,7 @@ func TestConnectHandshakeFailures(t *testing.T) {
 			if tt.hello != "" {
 				hello = []byte(tt.hello)
 			}
-			rte := startFakeRTE(t, "127.0.0.1:0", nil, hello)
-			rte.token = tt.token
+			rte := startFakeRTE(t, "127.0.0.1:0", nil, hello, func(c *apptest.Config) { c.Token = tt.token })
 			if err := ta.AddRunner(context.Background(), &app.Runner{Name: "rte01", URL: rte.url(), Token: testToken}); err != nil {
 				t.Fatal(err)
 			}

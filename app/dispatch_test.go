@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rte-project/rte/app"
+	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/protocol"
 )
 
@@ -74,27 +75,25 @@ func TestJobLifecycle(t *testing.T) {
 			if !protocol.ValidJobID(j.ID) || j.Start.Secrets != nil || !reflect.DeepEqual(j.SecretNames, []string{"vault_password"}) {
 				t.Fatalf("submitted job is %+v, want an assigned id, no secret values, the secret's name", j)
 			}
-			start := recv(t, sim.starts, "job.start at the runner")
+			start := recv(t, sim.Starts(), "job.start at the runner")
 			if start.Job != j.ID || start.Playbook != "site.yml" || start.Forks != 5 {
 				t.Errorf("the runner got job.start %+v, want job %s as submitted", start, j.ID)
 			}
 			if start.Secrets["vault_password"] == secret {
 				t.Error("the secret travelled in plaintext")
 			}
-			sim.mu.Lock()
-			opened := sim.jobs[j.ID].secrets
-			sim.mu.Unlock()
+			opened := sim.Secrets(j.ID)
 			if opened["vault_password"] != secret {
 				t.Errorf("the runner opened the secrets as %q, want the submitted value", opened)
 			}
 			ta.waitJob(t, j.ID, "running once accepted", inState(app.JobRunning))
 
 			var want []protocol.Record
-			want = append(want, sim.emit(j.ID, protocol.KindStart, protocol.StartData{PID: 42, Instance: "sim", Playbook: "site.yml"}))
+			want = append(want, sim.Emit(j.ID, protocol.KindStart, protocol.StartData{PID: 42, Instance: "sim", Playbook: "site.yml"}))
 			for i := range 40 {
-				want = append(want, sim.emit(j.ID, protocol.KindOutput, output(fmt.Sprintf("TASK [%d] ok\n", i))))
+				want = append(want, sim.Emit(j.ID, protocol.KindOutput, output(fmt.Sprintf("TASK [%d] ok\n", i))))
 			}
-			end := sim.emit(j.ID, protocol.KindEnd, protocol.EndData{Status: protocol.StatusFailed, ExitCode: 2, Message: "1 host failed"})
+			end := sim.Emit(j.ID, protocol.KindEnd, protocol.EndData{Status: protocol.StatusFailed, ExitCode: 2, Message: "1 host failed"})
 			want = append(want, end)
 
 			got := ta.waitJob(t, j.ID, "ended", inState(app.JobEnded))
@@ -104,8 +103,8 @@ func TestJobLifecycle(t *testing.T) {
 			}
 			wantRecords(t, ta, j.ID, want)
 			waitAcked(t, sim, j.ID, int64(len(want)))
-			cumulative(t, sim.acksOf(j.ID), int64(len(want)))
-			sim.noViolations(t)
+			cumulative(t, sim.Acks(j.ID), int64(len(want)))
+			sim.NoViolations(t)
 
 			// The secret's plaintext is in no file of the store (the database, its log).
 			if dir != "" {
@@ -129,12 +128,8 @@ func TestJobLifecycle(t *testing.T) {
 
 func waitAcked(t *testing.T, sim *simRTE, job string, seq int64) {
 	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for sim.acked(job) < seq {
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s: the runner has acks up to %d, want %d within %s", job, sim.acked(job), seq, waitLimit)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !testenv.Poll(waitLimit, func() bool { return sim.Acked(job) >= seq }) {
+		t.Fatalf("job %s: the runner has acks up to %d, want %d within %s", job, sim.Acked(job), seq, waitLimit)
 	}
 }
 
@@ -156,22 +151,22 @@ func TestDropMidStream(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			recv(t, sim.starts, "job.start")
+			recv(t, sim.Starts(), "job.start")
 
 			var want []protocol.Record
 			for i := range 20 {
-				want = append(want, sim.emit(j.ID, protocol.KindOutput, output(fmt.Sprintf("before %d", i))))
+				want = append(want, sim.Emit(j.ID, protocol.KindOutput, output(fmt.Sprintf("before %d", i))))
 			}
 			waitAcked(t, sim, j.ID, 20)
 			for i := range 200 { // in flight when the socket drops
-				want = append(want, sim.emit(j.ID, protocol.KindOutput, output(fmt.Sprintf("in flight %d %s", i, strings.Repeat("x", 512)))))
+				want = append(want, sim.Emit(j.ID, protocol.KindOutput, output(fmt.Sprintf("in flight %d %s", i, strings.Repeat("x", 512)))))
 			}
-			sim.drop()
+			sim.Drop()
 			for i := range 20 { // spooled while down
-				want = append(want, sim.emit(j.ID, protocol.KindOutput, output(fmt.Sprintf("while down %d", i))))
+				want = append(want, sim.Emit(j.ID, protocol.KindOutput, output(fmt.Sprintf("while down %d", i))))
 			}
 			ta.waitConnected(t, sim)
-			want = append(want, sim.emit(j.ID, protocol.KindEnd, protocol.EndData{Status: protocol.StatusSuccess}))
+			want = append(want, sim.Emit(j.ID, protocol.KindEnd, protocol.EndData{Status: protocol.StatusSuccess}))
 
 			got := ta.waitJob(t, j.ID, "ended", inState(app.JobEnded))
 			if got.Status != protocol.StatusSuccess || got.LastSeq != int64(len(want)) {
@@ -179,11 +174,9 @@ func TestDropMidStream(t *testing.T) {
 			}
 			wantRecords(t, ta, j.ID, want)
 			waitAcked(t, sim, j.ID, int64(len(want)))
-			sim.noViolations(t)
+			sim.NoViolations(t)
 
-			sim.mu.Lock()
-			welcomes, resent := sim.welcomes, sim.resent
-			sim.mu.Unlock()
+			welcomes, resent := sim.Welcomes(), sim.Resent()
 			if len(welcomes) != 2 {
 				t.Fatalf("the runner saw %d welcomes, want 2 (connect, reconnect)", len(welcomes))
 			}
@@ -222,7 +215,7 @@ func TestRefusedFullWaitsForCapacity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	recv(t, sim.refusals, "refusal")
+	recv(t, sim.Refusals(), "refusal")
 	got := ta.waitJob(t, j1.ID, "queued again after the refusal", func(j *app.Job) bool {
 		return j.State == app.JobQueued && strings.Contains(j.Message, "(full: the sim refuses: full)")
 	})
@@ -237,23 +230,25 @@ func TestRefusedFullWaitsForCapacity(t *testing.T) {
 	ta.waitJob(t, j2.ID, "held back until the runner reports capacity", func(j *app.Job) bool {
 		return j.State == app.JobQueued && strings.Contains(j.Message, "waiting for it to report free capacity")
 	})
-	if n := sim.offersOf("j1"); n != 1 {
+	if n := sim.Offers("j1"); n != 1 {
 		t.Fatalf("j1 was offered %d times before the runner reported capacity, want 1", n)
 	}
 
-	sim.send(protocol.Capacity{Running: 0, MaxJobs: 10})
+	if err := sim.Send(protocol.Capacity{Running: 0, MaxJobs: 10}); err != nil {
+		t.Fatal(err)
+	}
 	for range 2 {
-		recv(t, sim.starts, "job.start after capacity")
+		recv(t, sim.Starts(), "job.start after capacity")
 	}
 	ta.waitJob(t, "j1", "running", inState(app.JobRunning))
 	ta.waitJob(t, "j2", "running", inState(app.JobRunning))
-	if n := sim.offersOf("j1"); n != 2 {
+	if n := sim.Offers("j1"); n != 2 {
 		t.Errorf("j1 was offered %d times, want 2", n)
 	}
 	if st, _ := ta.Status("rte01"); st.Capacity != (protocol.Capacity{MaxJobs: 10}) {
 		t.Errorf("status capacity is %+v, want the runner's last report", st.Capacity)
 	}
-	sim.noViolations(t)
+	sim.NoViolations(t)
 }
 
 // TestMaxJobsBoundsDispatch: with max_jobs 1 the second job waits until the first one's end.
@@ -269,17 +264,17 @@ func TestMaxJobsBoundsDispatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if s := recv(t, sim.starts, "first job.start"); s.Job != "first" {
+	if s := recv(t, sim.Starts(), "first job.start"); s.Job != "first" {
 		t.Fatalf("the runner got %s first, want the older job", s.Job)
 	}
 	ta.waitJob(t, "second", "waiting for a slot", func(j *app.Job) bool {
 		return j.State == app.JobQueued && strings.Contains(j.Message, "no free slot (max_jobs 1)")
 	})
-	sim.emit("first", protocol.KindEnd, protocol.EndData{Status: protocol.StatusSuccess})
-	if s := recv(t, sim.starts, "second job.start"); s.Job != "second" {
+	sim.Emit("first", protocol.KindEnd, protocol.EndData{Status: protocol.StatusSuccess})
+	if s := recv(t, sim.Starts(), "second job.start"); s.Job != "second" {
 		t.Fatalf("the runner got %s, want the second job", s.Job)
 	}
-	sim.noViolations(t)
+	sim.NoViolations(t)
 }
 
 func TestRefusedForGoodEndsAtOnce(t *testing.T) {
@@ -327,7 +322,7 @@ func TestQueueTimeout(t *testing.T) {
 		}
 	}
 	submit("busy", "running")
-	recv(t, sim.starts, "job.start")
+	recv(t, sim.Starts(), "job.start")
 	submit("busy", "no-slot")
 	submit("gone", "no-runner")
 	ta.waitJob(t, "no-slot", "waiting for a slot", func(j *app.Job) bool { return strings.Contains(j.Message, "no free slot") })
@@ -381,19 +376,19 @@ func TestCancel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		recv(t, sim.starts, "job.start")
+		recv(t, sim.Starts(), "job.start")
 		ta.waitJob(t, j.ID, "running", inState(app.JobRunning))
-		sim.emit(j.ID, protocol.KindStart, protocol.StartData{PID: 1})
+		sim.Emit(j.ID, protocol.KindStart, protocol.StartData{PID: 1})
 		if err := ta.Cancel(ctx, j.ID); err != nil {
 			t.Fatal(err)
 		}
-		if got := recv(t, sim.cancels, "job.cancel at the runner"); got != j.ID {
+		if got := recv(t, sim.Cancels(), "job.cancel at the runner"); got != j.ID {
 			t.Fatalf("the runner got job.cancel for %s, want %s", got, j.ID)
 		}
 		if got, _ := ta.GetJob(ctx, j.ID); got.State != app.JobRunning || !got.CancelRequested {
 			t.Errorf("job is %s, cancel requested %v; want running until the runner's end, with the request kept", got.State, got.CancelRequested)
 		}
-		sim.emit(j.ID, protocol.KindEnd, protocol.EndData{Status: protocol.StatusCanceled, ExitCode: -15, Message: "canceled by the app"})
+		sim.Emit(j.ID, protocol.KindEnd, protocol.EndData{Status: protocol.StatusCanceled, ExitCode: -15, Message: "canceled by the app"})
 		got := ta.waitJob(t, j.ID, "ended", inState(app.JobEnded))
 		if got.Status != protocol.StatusCanceled || got.LastSeq != 2 {
 			t.Errorf("job ended %s with LastSeq %d, want canceled and 2", got.Status, got.LastSeq)
@@ -405,7 +400,7 @@ func TestCancel(t *testing.T) {
 	if err := ta.Cancel(ctx, "nope"); !errors.Is(err, app.ErrNotFound) {
 		t.Errorf("cancel unknown job got %v, want ErrNotFound", err)
 	}
-	sim.noViolations(t)
+	sim.NoViolations(t)
 }
 
 // TestConnectReconciles starts an App on a store left by an earlier one, against a runner
@@ -436,11 +431,9 @@ func TestConnectReconciles(t *testing.T) {
 		t.Fatal(err)
 	}
 	var spooled []protocol.Record
-	sim.mu.Lock()
-	sim.jobs["held"] = &simJob{}
-	sim.mu.Unlock()
+	sim.Adopt("held")
 	for i := range 5 {
-		spooled = append(spooled, sim.emit("spooled", protocol.KindOutput, output(fmt.Sprintf("line %d", i))))
+		spooled = append(spooled, sim.Emit("spooled", protocol.KindOutput, output(fmt.Sprintf("line %d", i))))
 	}
 	if _, err := store.StoreRecords(ctx, spooled[:3]); err != nil {
 		t.Fatal(err)
@@ -451,7 +444,7 @@ func TestConnectReconciles(t *testing.T) {
 	ta.start(t)
 	ta.waitConnected(t, sim)
 
-	if s := recv(t, sim.starts, "job.start sent again"); s.Job != "lost-start" {
+	if s := recv(t, sim.Starts(), "job.start sent again"); s.Job != "lost-start" {
 		t.Errorf("the runner got job.start for %s, want lost-start", s.Job)
 	}
 	for id, want := range map[string]struct{ status, says string }{
@@ -469,16 +462,14 @@ func TestConnectReconciles(t *testing.T) {
 	ta.waitJob(t, "lost-start", "running", inState(app.JobRunning))
 	ta.waitJob(t, "spooled", "all five records", func(j *app.Job) bool { return j.LastSeq == 5 })
 	wantRecords(t, ta, "spooled", spooled)
-	sim.mu.Lock()
-	welcome, resent := sim.welcomes[0], sim.resent
-	sim.mu.Unlock()
+	welcome, resent := sim.Welcomes()[0], sim.Resent()
 	if !reflect.DeepEqual(welcome.Acked, map[string]int64{"spooled": 3}) || resent != 2 {
 		t.Errorf("welcome acked %v and the runner resent %d records, want spooled:3 and 2", welcome.Acked, resent)
 	}
-	if n := sim.offersOf("held"); n != 0 {
+	if n := sim.Offers("held"); n != 0 {
 		t.Errorf("the job the runner holds was offered %d times, want 0", n)
 	}
-	sim.noViolations(t)
+	sim.NoViolations(t)
 }
 
 // TestRecordsOfOtherJobsRefused: records for a job the app does not know, or gave to another
@@ -498,25 +489,25 @@ func TestRecordsOfOtherJobsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	recv(t, sim.starts, "job.start")
+	recv(t, sim.Starts(), "job.start")
 	for _, id := range []string{"theirs", "ghost"} {
-		sim.emit(id, protocol.KindOutput, output("forged"))
-		sim.emit(id, protocol.KindOutput, output("forged again"))
-		e := recv(t, sim.errs, "error for job "+id)
+		sim.Emit(id, protocol.KindOutput, output("forged"))
+		sim.Emit(id, protocol.KindOutput, output("forged again"))
+		e := recv(t, sim.Errors(), "error for job "+id)
 		if e.Ref != id || e.Code != protocol.ErrUnexpected {
 			t.Errorf("the runner got %+v, want an unexpected error with ref %s", e, id)
 		}
 	}
-	sim.emit(mine.ID, protocol.KindOutput, output("real"))
+	sim.Emit(mine.ID, protocol.KindOutput, output("real"))
 	waitAcked(t, sim, mine.ID, 1)
 	if recs, _ := store.Records(ctx, "theirs", 0, 0); len(recs) != 0 {
 		t.Errorf("another runner's job has %d records stored, want 0", len(recs))
 	}
-	if a := append(sim.acksOf("theirs"), sim.acksOf("ghost")...); len(a) != 0 {
+	if a := append(sim.Acks("theirs"), sim.Acks("ghost")...); len(a) != 0 {
 		t.Errorf("forged records were acked: %v", a)
 	}
 	select {
-	case e := <-sim.errs:
+	case e := <-sim.Errors():
 		t.Errorf("a second error %+v for the same job on one socket, want one", e)
 	default:
 	}
@@ -538,9 +529,7 @@ func TestWaitingRunnerNotDialled(t *testing.T) {
 	}
 	// Run polls every 20ms; a few polls pass while the runner waits.
 	time.Sleep(100 * time.Millisecond)
-	sim.mu.Lock()
-	n := len(sim.conns)
-	sim.mu.Unlock()
+	n := sim.Sockets()
 	if n != 0 {
 		t.Fatalf("the app dialled a runner waiting for approval (%d sockets)", n)
 	}
@@ -553,15 +542,8 @@ func TestWaitingRunnerNotDialled(t *testing.T) {
 	if err := ta.Reject(ctx, "rte01", "test"); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(waitLimit)
-	for {
-		if _, ok := ta.Status("rte01"); !ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the app still holds a socket to a rejected runner after %s", waitLimit)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !testenv.Poll(waitLimit, func() bool { _, ok := ta.Status("rte01"); return !ok }) {
+		t.Fatalf("the app still holds a socket to a rejected runner after %s", waitLimit)
 	}
 }
 
@@ -618,7 +600,7 @@ func TestSetMaxJobs(t *testing.T) {
 	if err := ta.SetMaxJobs(ctx, "rte01", 3); err != nil {
 		t.Fatal(err)
 	}
-	if got := recv(t, sim.settings, "settings at the runner"); got.MaxJobs != 3 {
+	if got := recv(t, sim.Settings(), "settings at the runner"); got.MaxJobs != 3 {
 		t.Errorf("the runner got settings %+v, want max_jobs 3", got)
 	}
 	if r := ta.runner(t, "rte01"); r.MaxJobs != 3 {

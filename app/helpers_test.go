@@ -11,10 +11,8 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"io"
-	"log"
 	"math/big"
 	"net"
 	"net/http"
@@ -24,11 +22,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorilla/websocket"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/rte-project/rte/app"
+	"github.com/rte-project/rte/app/apptest"
 	"github.com/rte-project/rte/protocol"
 )
 
@@ -187,156 +185,48 @@ func assertNoSecretLogged(t testing.TB, logs *observer.ObservedLogs, secrets ...
 	}
 }
 
-// fakeRTE is the RTE side of an inbound socket, just enough of it: it checks the bearer token
-// and X-App-Node before upgrading, echoes rte.v1, sends a hello, and records what the app sent.
+// fakeRTE is the fake RTE of package apptest in raw mode, just enough of an RTE: it checks
+// the bearer token and X-App-Node before upgrading, echoes rte.v1, sends a hello given as
+// bytes, and hands the test what the app sent.
 type fakeRTE struct {
-	addr   string
-	useTLS bool
-	token  string
-	hello  []byte // nil: send no hello
-
-	srv *http.Server
-	ln  net.Listener
-	wg  sync.WaitGroup
-
-	mu       sync.Mutex
-	requests []http.Header // every request that got past TLS
-	conns    []*websocket.Conn
-	upgrades chan struct{} // one per socket upgraded
-	frames   chan []byte   // text frames from the app
-	closes   chan int      // close codes the app sent
+	*apptest.RTE
+	addr     string
+	upgrades <-chan struct{}
 }
 
 // startFakeRTE listens on addr ("127.0.0.1:0" for a fresh port); with cert nil it speaks
-// plain HTTP.
-func startFakeRTE(t testing.TB, addr string, cert *testCert, hello []byte) *fakeRTE {
+// plain HTTP. hello nil sends no hello. edits change the config last (another token, say).
+func startFakeRTE(t testing.TB, addr string, cert *testCert, hello []byte, edits ...func(*apptest.Config)) *fakeRTE {
 	t.Helper()
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatalf("listen %s: %v", addr, err)
-	}
-	f := &fakeRTE{
-		addr:     ln.Addr().String(),
-		token:    testToken,
-		hello:    hello,
-		ln:       ln,
-		frames:   make(chan []byte, 64),
-		upgrades: make(chan struct{}, 8),
-		closes:   make(chan int, 4),
-	}
+	cfg := apptest.Config{Token: testToken, Addr: addr, AppNode: testNode, Raw: true, RawHello: hello, PlainHTTP: cert == nil}
 	if cert != nil {
-		f.useTLS = true
-		f.ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert.tls}, MinVersion: tls.VersionTLS12})
+		cfg.Certificate = &cert.tls
 	}
-	f.srv = &http.Server{
-		Handler:           http.HandlerFunc(f.serve),
-		ReadHeaderTimeout: 5 * time.Second,
-		// A refused certificate shows up here as a handshake error: expected, not news.
-		ErrorLog: log.New(io.Discard, "", 0),
+	for _, edit := range edits {
+		edit(&cfg)
 	}
-	f.wg.Add(1)
-	go func() {
-		defer f.wg.Done()
-		_ = f.srv.Serve(f.ln)
-	}()
-	t.Cleanup(f.Close)
-	return f
+	r := apptest.Start(t, cfg)
+	return &fakeRTE{RTE: r, addr: r.Addr(), upgrades: r.Upgrades()}
 }
 
-func (f *fakeRTE) url() string {
-	if f.useTLS {
-		return "https://" + f.addr
-	}
-	return "http://" + f.addr
-}
-
-func (f *fakeRTE) serve(w http.ResponseWriter, r *http.Request) {
-	// http.Server.Close does not wait for hijacked connections, so the fake counts its
-	// handlers itself.
-	f.wg.Add(1)
-	defer f.wg.Done()
-	f.mu.Lock()
-	f.requests = append(f.requests, r.Header.Clone())
-	f.mu.Unlock()
-	if r.URL.Path != protocol.SocketPath {
-		http.NotFound(w, r)
-		return
-	}
-	if r.Header.Get("Authorization") != "Bearer "+f.token {
-		http.Error(w, "unauthorized", http.StatusUnauthorized)
-		return
-	}
-	if r.Header.Get(protocol.HeaderAppNode) != testNode {
-		http.Error(w, "X-App-Node missing", http.StatusBadRequest)
-		return
-	}
-	up := websocket.Upgrader{Subprotocols: []string{protocol.Subprotocol}}
-	ws, err := up.Upgrade(w, r, nil)
-	if err != nil {
-		return
-	}
-	f.mu.Lock()
-	f.conns = append(f.conns, ws)
-	f.mu.Unlock()
-	select {
-	case f.upgrades <- struct{}{}:
-	default:
-	}
-	defer ws.Close()
-	if f.hello != nil {
-		f.mu.Lock()
-		err := ws.WriteMessage(websocket.TextMessage, f.hello)
-		f.mu.Unlock()
-		if err != nil {
-			return
-		}
-	}
-	for {
-		kind, data, err := ws.ReadMessage()
-		if err != nil {
-			var ce *websocket.CloseError
-			if errors.As(err, &ce) {
-				select {
-				case f.closes <- ce.Code:
-				default:
-				}
-			}
-			return
-		}
-		if kind == websocket.TextMessage {
-			select {
-			case f.frames <- data:
-			default: // a test that stopped listening must not block the fake's shutdown
-			}
-		}
-	}
-}
+func (f *fakeRTE) url() string { return f.URL() }
 
 // send writes one text frame to the app on the newest socket.
 func (f *fakeRTE) send(t testing.TB, frame string) {
 	t.Helper()
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(f.conns) == 0 {
-		t.Fatal("fake RTE has no socket to send on")
-	}
-	if err := f.conns[len(f.conns)-1].WriteMessage(websocket.TextMessage, []byte(frame)); err != nil {
+	if err := f.SendRaw([]byte(frame)); err != nil {
 		t.Fatalf("fake RTE send: %v", err)
 	}
 }
 
 // seen returns the headers of every request that reached the RTE over HTTP.
-func (f *fakeRTE) seen() []http.Header {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]http.Header(nil), f.requests...)
-}
+func (f *fakeRTE) seen() []http.Header { return f.Requests() }
 
 // frame waits for the next text frame the app sent.
 func (f *fakeRTE) frame(t testing.TB) []byte {
 	t.Helper()
 	select {
-	case b := <-f.frames:
+	case b := <-f.Frames():
 		return b
 	case <-time.After(10 * time.Second):
 		t.Fatal("fake RTE got no frame from the app within 10s")
@@ -348,23 +238,12 @@ func (f *fakeRTE) frame(t testing.TB) []byte {
 func (f *fakeRTE) closeCode(t testing.TB) int {
 	t.Helper()
 	select {
-	case c := <-f.closes:
+	case c := <-f.Closes():
 		return c
 	case <-time.After(10 * time.Second):
 		t.Fatal("fake RTE saw no close frame from the app within 10s")
 		return 0
 	}
-}
-
-// Close stops the listener and every socket, and waits for all of the fake's goroutines.
-func (f *fakeRTE) Close() {
-	_ = f.srv.Close()
-	f.mu.Lock()
-	for _, c := range f.conns {
-		_ = c.Close()
-	}
-	f.mu.Unlock()
-	f.wg.Wait()
 }
 
 func helloFrame(t testing.TB, protocolVersion int) []byte {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/rte-project/rte/app"
 	"github.com/rte-project/rte/app/sqlitestore"
+	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/protocol"
 )
 
@@ -63,16 +64,13 @@ func node(t *testing.T, store app.Store, name string, edit func(*app.Config)) (*
 // waitHeldBy waits until ta reports the runner's socket at node (remote or its own).
 func waitHeldBy(t *testing.T, ta *testApp, runner, node string, remote bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for {
-		st, ok := ta.Status(runner)
-		if ok && st.Connected && st.Node == node && st.Remote == remote {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("runner %s: status %+v (ok %v), want connected at %s (remote %v) within %s", runner, st, ok, node, remote, waitLimit)
-		}
-		time.Sleep(5 * time.Millisecond)
+	var st app.RunnerStatus
+	var ok bool
+	if !testenv.Poll(waitLimit, func() bool {
+		st, ok = ta.Status(runner)
+		return ok && st.Connected && st.Node == node && st.Remote == remote
+	}) {
+		t.Fatalf("runner %s: status %+v (ok %v), want connected at %s (remote %v) within %s", runner, st, ok, node, remote, waitLimit)
 	}
 }
 
@@ -93,40 +91,38 @@ func TestInboundLeaseOneNodeDials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if start := recv(t, sim.starts, "job.start from the holder"); start.Job != j.ID {
+	if start := recv(t, sim.Starts(), "job.start from the holder"); start.Job != j.ID {
 		t.Fatalf("the runner got job %s, want %s", start.Job, j.ID)
 	}
 	var want []protocol.Record
-	want = append(want, sim.emit(j.ID, protocol.KindStart, protocol.StartData{PID: 1, Instance: "sim", Playbook: "site.yml"}))
-	want = append(want, sim.emit(j.ID, protocol.KindOutput, output("before\n")))
+	want = append(want, sim.Emit(j.ID, protocol.KindStart, protocol.StartData{PID: 1, Instance: "sim", Playbook: "site.yml"}))
+	want = append(want, sim.Emit(j.ID, protocol.KindOutput, output("before\n")))
 	a.waitJob(t, j.ID, "two records stored", func(j *app.Job) bool { return j.LastSeq == 2 })
 
 	stopA()
 	// Spooled while no node holds the socket; the next node's welcome does not ack them.
-	want = append(want, sim.emit(j.ID, protocol.KindOutput, output("between\n")))
-	recv(t, sim.sockets, "socket from the second node")
+	want = append(want, sim.Emit(j.ID, protocol.KindOutput, output("between\n")))
+	recv(t, sim.Welcomed(), "socket from the second node")
 	waitHeldBy(t, b, "rte01", "app-2", false)
-	want = append(want, sim.emit(j.ID, protocol.KindOutput, output("after\n")))
-	want = append(want, sim.emit(j.ID, protocol.KindEnd, protocol.EndData{Status: protocol.StatusSuccess}))
+	want = append(want, sim.Emit(j.ID, protocol.KindOutput, output("after\n")))
+	want = append(want, sim.Emit(j.ID, protocol.KindEnd, protocol.EndData{Status: protocol.StatusSuccess}))
 	end := b.waitJob(t, j.ID, "ended", inState(app.JobEnded))
 	if end.Status != protocol.StatusSuccess {
 		t.Fatalf("job %+v, want success", end)
 	}
 	wantRecords(t, b, j.ID, want)
 
-	sim.mu.Lock()
 	var nodes []string
-	for _, w := range sim.welcomes {
+	for _, w := range sim.Welcomes() {
 		nodes = append(nodes, w.Node)
 	}
-	sim.mu.Unlock()
 	if !reflect.DeepEqual(nodes, []string{"app-1", "app-2"}) {
 		t.Fatalf("the runner was welcomed by %v, want app-1 then app-2: one node at a time", nodes)
 	}
-	if n := sim.offersOf(j.ID); n != 1 {
+	if n := sim.Offers(j.ID); n != 1 {
 		t.Fatalf("the runner got job.start %d times, want once", n)
 	}
-	sim.noViolations(t)
+	sim.NoViolations(t)
 }
 
 // TestInboundLeaseTakenAfterExpiry: a node that died leaves its lease in the store; another
@@ -144,15 +140,14 @@ func TestInboundLeaseTakenAfterExpiry(t *testing.T) {
 	b.addSim(t, sim)
 	// Status reads the lease, so b has claimed, and lost, at least once by now.
 	waitHeldBy(t, b, "rte01", "app-dead", true)
-	if n := len(sim.sockets); n != 0 {
+	if n := len(sim.Welcomed()); n != 0 {
 		t.Fatalf("the runner was dialled %d times while the dead node's lease ran", n)
 	}
 	clk.Advance(ttl + time.Second)
-	recv(t, sim.sockets, "socket once the dead node's lease expired")
+	recv(t, sim.Welcomed(), "socket once the dead node's lease expired")
 	waitHeldBy(t, b, "rte01", "app-2", false)
-	sim.mu.Lock()
-	node := sim.welcomes[len(sim.welcomes)-1].Node
-	sim.mu.Unlock()
+	welcomes := sim.Welcomes()
+	node := welcomes[len(welcomes)-1].Node
 	if node != "app-2" {
 		t.Fatalf("welcomed by %q, want app-2", node)
 	}
@@ -325,12 +320,8 @@ func TestStoreTrouble(t *testing.T) {
 	a, _ := node(t, store, "app-1", nil)
 	waitTrouble := func(want func(error) bool, what string) {
 		t.Helper()
-		deadline := time.Now().Add(waitLimit)
-		for !want(a.StoreTrouble()) {
-			if time.Now().After(deadline) {
-				t.Fatalf("StoreTrouble is %v, want %s within %s", a.StoreTrouble(), what, waitLimit)
-			}
-			time.Sleep(5 * time.Millisecond)
+		if !testenv.Poll(waitLimit, func() bool { return want(a.StoreTrouble()) }) {
+			t.Fatalf("StoreTrouble is %v, want %s within %s", a.StoreTrouble(), what, waitLimit)
 		}
 	}
 	if err := a.StoreTrouble(); err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/rte-project/rte/app"
+	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/protocol"
 )
 
@@ -157,16 +158,9 @@ func refusal(t *testing.T, resp *http.Response) (int, string) {
 
 func (ta *testApp) waitLive(t *testing.T, name string, connected bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for {
-		st, ok := ta.Status(name)
-		if (ok && st.Connected) == connected {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("runner %s: connected=%v, want %v within %s", name, ok && st.Connected, connected, waitLimit)
-		}
-		time.Sleep(2 * time.Millisecond)
+	is := func() bool { st, ok := ta.Status(name); return ok && st.Connected }
+	if !testenv.Poll(waitLimit, func() bool { return is() == connected }) {
+		t.Fatalf("runner %s: connected=%v, want %v within %s", name, is(), connected, waitLimit)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/rte-project/rte/app"
+	"github.com/rte-project/rte/app/apptest"
 	"github.com/rte-project/rte/protocol"
 )
 
@@ -167,8 +168,7 @@ func (s *seedFile) source(lookup func(string) (string, bool)) func() (*app.Seed,
 }
 
 func TestApplySeed(t *testing.T) {
-	sim := startSim(t, "rte-in", 2)
-	sim.token = seedToken1
+	sim := startSim(t, "rte-in", 2, func(c *apptest.Config) { c.Token = seedToken1 })
 	sha := protocol.CertificateSHA256(sim.cert.der)
 	seed := newSeedFile(t, `
 runners:

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rte-project/rte/cache"
+	"github.com/rte-project/rte/internal/testenv"
 )
 
 func TestReceiveCommitAndMissing(t *testing.T) {
@@ -451,19 +452,18 @@ func TestRunHeartbeatsAndSweeps(t *testing.T) {
 	ctx, cancel := contextWithCancel()
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		fi, err := os.Stat(alive)
-		_, goneErr := os.Stat(gone)
-		if err == nil && fi.ModTime().After(past) && errors.Is(goneErr, os.ErrNotExist) {
-			break
-		}
-		if time.Now().After(deadline) {
-			cancel()
-			<-done
-			t.Fatalf("after 10s of Run: heartbeat %v (%v), stale directory %v; want a fresh heartbeat and the stale RTE swept", fi.ModTime(), err, goneErr)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var (
+		fi      os.FileInfo
+		goneErr error
+	)
+	if !testenv.Poll(10*time.Second, func() bool {
+		fi, err = os.Stat(alive)
+		_, goneErr = os.Stat(gone)
+		return err == nil && fi.ModTime().After(past) && errors.Is(goneErr, os.ErrNotExist)
+	}) {
+		cancel()
+		<-done
+		t.Fatalf("after 10s of Run: heartbeat %v (%v), stale directory %v; want a fresh heartbeat and the stale RTE swept", fi.ModTime(), err, goneErr)
 	}
 	cancel()
 	if err := <-done; err != nil {

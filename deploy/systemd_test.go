@@ -20,6 +20,9 @@ const (
 // buildRTE builds the rte binary into a temporary directory and returns its path.
 func buildRTE(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: this test builds the rte binary")
+	}
 	bin := filepath.Join(t.TempDir(), "rte")
 	cmd := exec.Command("go", "build", "-o", bin, "../cmd/rte")
 	if out, err := cmd.CombinedOutput(); err != nil {

@@ -29,11 +29,7 @@ func BenchmarkPinnedHandshake(b *testing.B) {
 		b.Fatal(err)
 	}
 	_ = rte
-	store := app.NewMemoryStore()
-	a, err := app.New(app.Config{Store: store, Node: "bench"})
-	if err != nil {
-		b.Fatal(err)
-	}
+	a := startAppSide(b, withAppConfig(func(c *app.Config) { c.Node, c.Logger = "bench", nil })).App
 	ctx := context.Background()
 	if err := a.AddRunner(ctx, &app.Runner{Name: "bench", URL: fmt.Sprintf("https://127.0.0.1:%d", port),
 		Mode: protocol.ModeInbound, Token: testToken, CertificateSHA256: protocol.CertificateSHA256(der)}); err != nil {
@@ -122,7 +118,7 @@ func BenchmarkJobMemory(b *testing.B) {
 		time.Sleep(time.Second)
 		during := goMemory(b, r.RTE)
 		b.ReportMetric(float64(during-before)/n/1024, "KiB/job")
-		b.ReportMetric(float64(rss(b, r.RTE.cmd.Process.Pid))/1024/1024, "MiB-RSS-50-jobs")
+		b.ReportMetric(float64(rss(b, r.RTE.Pid()))/1024/1024, "MiB-RSS-50-jobs")
 		for _, id := range ids {
 			_ = r.App.Cancel(context.Background(), id)
 		}
@@ -135,7 +131,7 @@ func BenchmarkJobMemory(b *testing.B) {
 // goMemory is the heap and stack memory the RTE's Go runtime has in use, from /metrics.
 func goMemory(tb testing.TB, p *rteProc) int64 {
 	tb.Helper()
-	code, body := p.probe("/metrics", "Authorization", "Bearer metrics-token-0123456789")
+	code, body := p.Probe("/metrics", "Authorization", "Bearer metrics-token-0123456789")
 	if code != 200 {
 		tb.Fatalf("/metrics = %d", code)
 	}

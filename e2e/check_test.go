@@ -3,10 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"net"
@@ -22,148 +19,30 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/protocol"
 )
 
-// e2eSSHD is a real OpenSSH server on 127.0.0.1, run by the test, that lets in every user
-// holding userKey.
-type e2eSSHD struct {
-	port    int
-	hostKey ssh.PublicKey // ed25519, the only host key
-	userKey ed25519.PrivateKey
-}
+// e2eSSHD is the shared real OpenSSH server on 127.0.0.1 (testenv.SSHD), which lets in every
+// user holding its client key; it skips the test when sshd cannot run here.
+type e2eSSHD struct{ *testenv.SSHD }
 
-// startE2ESSHD runs /usr/sbin/sshd in the foreground until the test ends. It skips the test
-// when sshd cannot run here: not installed, or the test is not root.
 func startE2ESSHD(t *testing.T) *e2eSSHD {
 	t.Helper()
-	const bin = "/usr/sbin/sshd"
-	if _, err := os.Stat(bin); err != nil {
-		t.Skipf("no sshd to check connections against (%v): apt-get install -y openssh-server", err)
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("sshd must run as root to let the check log in; run the e2e tests as root")
-	}
-	if err := os.MkdirAll("/run/sshd", 0o755); err != nil { // sshd's privilege separation directory
-		t.Skipf("sshd cannot run here: %v", err)
-	}
-	dir := t.TempDir()
-	s := &e2eSSHD{port: freePort(t)}
-	hostPub, hostPriv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.hostKey, err = ssh.NewPublicKey(hostPub); err != nil {
-		t.Fatal(err)
-	}
-	writeOpenSSHKey(t, filepath.Join(dir, "host_ed25519"), hostPriv)
-	userPub, userPriv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.userKey = userPriv
-	sshUserPub, err := ssh.NewPublicKey(userPub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	authorized := filepath.Join(dir, "authorized_keys")
-	if err := os.WriteFile(authorized, ssh.MarshalAuthorizedKey(sshUserPub), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	config := strings.Join([]string{
-		"HostKey " + filepath.Join(dir, "host_ed25519"),
-		fmt.Sprintf("ListenAddress 127.0.0.1:%d", s.port),
-		"PidFile " + filepath.Join(dir, "sshd.pid"),
-		"AuthorizedKeysFile " + authorized,
-		"StrictModes no", "UsePAM no", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
-		"PubkeyAuthentication yes", "PermitRootLogin prohibit-password", "LogLevel VERBOSE",
-	}, "\n") + "\n"
-	configPath := filepath.Join(dir, "sshd_config")
-	if err := os.WriteFile(configPath, []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var log procLog
-	cmd := exec.Command(bin, "-D", "-e", "-f", configPath)
-	cmd.Stderr = &log
-	if err := cmd.Start(); err != nil {
-		t.Skipf("sshd cannot run here: %v", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		if t.Failed() {
-			t.Logf("sshd log:\n%s", log.String())
-		}
-	})
-	deadline := time.Now().Add(10 * time.Second)
-	for !sshGreets(s.port) {
-		select {
-		case err := <-exited:
-			exited <- err
-			t.Fatalf("sshd exited before it listened (%v):\n%s", err, log.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sshd did not listen on 127.0.0.1:%d within 10s:\n%s", s.port, log.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return s
-}
-
-// knownHostsLine is the sshd's line in known_hosts, as ssh-keyscan -p writes it.
-func (s *e2eSSHD) knownHostsLine() string {
-	return fmt.Sprintf("[127.0.0.1]:%d %s", s.port, strings.TrimSpace(string(ssh.MarshalAuthorizedKey(s.hostKey))))
+	return &e2eSSHD{testenv.StartSSHDForTest(t, testenv.SSHDConfig{})}
 }
 
 func (s *e2eSSHD) target(name, user string) protocol.CheckTarget {
-	return protocol.CheckTarget{Name: name, Host: "127.0.0.1", Port: s.port, User: user, Transport: protocol.TransportSSH}
+	return protocol.CheckTarget{Name: name, Host: "127.0.0.1", Port: s.Port, User: user, Transport: protocol.TransportSSH}
 }
 
-// giveKey puts the sshd's user key into home/.ssh as id_ed25519, as an operator would for the
-// user the RTE runs as, and known_hosts with lines (none: no known_hosts file).
+// giveKey puts the sshd's client key into home/.ssh as id_ed25519, as an operator would for
+// the user the RTE runs as, and known_hosts with lines (none: no known_hosts file).
 func (s *e2eSSHD) giveKey(t *testing.T, home string, knownHosts ...string) {
 	t.Helper()
-	dir := filepath.Join(home, ".ssh")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := s.GiveKey(home, knownHosts...); err != nil {
 		t.Fatal(err)
 	}
-	writeOpenSSHKey(t, filepath.Join(dir, "id_ed25519"), s.userKey)
-	path := filepath.Join(dir, "known_hosts")
-	if len(knownHosts) == 0 {
-		if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
-			t.Fatal(err)
-		}
-		return
-	}
-	if err := os.WriteFile(path, []byte(strings.Join(knownHosts, "\n")+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func writeOpenSSHKey(t *testing.T, path string, key ed25519.PrivateKey) {
-	t.Helper()
-	block, err := ssh.MarshalPrivateKey(key, "rte e2e")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, pem.EncodeToMemory(block), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func sshGreets(port int) bool {
-	c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
-	if err != nil {
-		return false
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(time.Second))
-	buf := make([]byte, 4)
-	_, err = io.ReadFull(c, buf)
-	return err == nil && string(buf) == "SSH-"
 }
 
 // closedPorts returns n loopback ports nothing listens on now.
@@ -248,11 +127,11 @@ func TestCheckEndToEnd(t *testing.T) {
 	if len(res.Results) != 2 {
 		t.Fatalf("%d outcomes for 2 targets: %+v", len(res.Results), res.Results)
 	}
-	wantCheckStatus(t, res.Results[0], protocol.CheckHostKeyUnknown, ssh.FingerprintSHA256(sshd.hostKey), "ssh-keyscan")
+	wantCheckStatus(t, res.Results[0], protocol.CheckHostKeyUnknown, ssh.FingerprintSHA256(sshd.HostKeys[ssh.KeyAlgoED25519]), "ssh-keyscan")
 	wantCheckStatus(t, res.Results[1], protocol.CheckUnreachable, "refused")
 
 	// The operator verifies the fingerprint and adds the key; the next check logs in.
-	sshd.giveKey(t, r.dir, sshd.knownHostsLine())
+	sshd.giveKey(t, r.dir, sshd.KnownHostsLine(""))
 	targets = append(targets, sshd.target("nobody", "no-such-user"))
 	res, err = r.App.Check(ctx, r.Name, targets, 5*time.Second)
 	if err != nil {
@@ -398,14 +277,14 @@ func TestCheckThroughReferenceApp(t *testing.T) {
 	sshd := startE2ESSHD(t)
 	ref := startRefApp(t, "RTE_JOIN_TOKEN="+joinToken)
 	dir := t.TempDir()
-	sshd.giveKey(t, dir, sshd.knownHostsLine())
+	sshd.giveKey(t, dir, sshd.KnownHostsLine(""))
 	rte := startRTE(t, dir, freePort(t), outboundEnv(ref.url, "rte-check", "RTE_JOIN_TOKEN="+joinToken)...)
 	waitReady(t, rte)
 	rte.WaitLogMatch(0, "welcomed", 30*time.Second, welcomedWith(true))
 
 	closed := closedPorts(t, 1)[0]
 	body := fmt.Sprintf(`{"targets":[{"name":"web01","host":"127.0.0.1","port":%d,"user":"root"},`+
-		`{"name":"web02","host":"127.0.0.1","port":%d,"user":"root"}],"timeout_ms":5000}`, sshd.port, closed)
+		`{"name":"web02","host":"127.0.0.1","port":%d,"user":"root"}],"timeout_ms":5000}`, sshd.Port, closed)
 	status, answer := ref.call(t, http.MethodPost, "/api/v2/runners/rte-check/check_node_connections", body)
 	if status != http.StatusOK {
 		t.Fatalf("POST check_node_connections: %d %s, want 200", status, answer)
@@ -428,12 +307,12 @@ func TestCheckThroughReferenceApp(t *testing.T) {
 		t.Fatalf("a port written as a string: %d %s, want 400 naming targets[0].port", status, answer)
 	}
 
-	code, out := ref.cli(t, "check", "--runner", "rte-check", "--target", fmt.Sprintf("ssh://root@127.0.0.1:%d", sshd.port))
+	code, out := ref.cli(t, "check", "--runner", "rte-check", "--target", fmt.Sprintf("ssh://root@127.0.0.1:%d", sshd.Port))
 	if code != 0 || !strings.Contains(out, "success: 1 of 1 targets connected") {
 		t.Fatalf("rte-app check of the sshd: exit %d, want 0:\n%s", code, out)
 	}
 	code, out = ref.cli(t, "check", "--runner", "rte-check", "--timeout", "3s",
-		"--target", fmt.Sprintf("ssh://root@127.0.0.1:%d", sshd.port), "--target", fmt.Sprintf("root@127.0.0.1:%d", closed))
+		"--target", fmt.Sprintf("ssh://root@127.0.0.1:%d", sshd.Port), "--target", fmt.Sprintf("root@127.0.0.1:%d", closed))
 	if code != 4 || !strings.Contains(out, "failure: 1 of 2 targets connected") || !strings.Contains(out, "unreachable") {
 		t.Fatalf("rte-app check with a closed port: exit %d, want 4:\n%s", code, out)
 	}

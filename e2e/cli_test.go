@@ -101,18 +101,18 @@ func TestProbesAndSignal(t *testing.T) {
 		{"/rte/v1/socket", []string{"Authorization", "Bearer wrong-token-0123456789"}, 401},
 		{"/nope", nil, 404},
 	} {
-		if code, body := rte.probe(c.path, c.header...); code != c.want {
+		if code, body := rte.Probe(c.path, c.header...); code != c.want {
 			t.Errorf("GET %s %v = %d, want %d (%s)", c.path, c.header, code, c.want, body)
 		}
 	}
-	_, body := rte.probe("/metrics", "Authorization", "Bearer metrics-token-0123456789")
+	_, body := rte.Probe("/metrics", "Authorization", "Bearer metrics-token-0123456789")
 	if !strings.Contains(body, `rte_auth_failures_total{endpoint="socket",reason="wrong"} 1`) {
 		t.Errorf("auth failure not counted:\n%s", grepLines(body, "rte_auth"))
 	}
 
 	// An RTE without METRICS_TOKEN has no /metrics at all.
 	bare := startRTE(t, t.TempDir(), freePort(t), "RTE_TOKEN="+testToken)
-	if code, _ := bare.probe("/metrics"); code != 404 {
+	if code, _ := bare.Probe("/metrics"); code != 404 {
 		t.Errorf("/metrics without METRICS_TOKEN = %d, want 404", code)
 	}
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/rte-project/rte/app"
+	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/protocol"
 )
 
@@ -70,13 +71,10 @@ func TestKillRTEMidJob(t *testing.T) {
 	r.waitState(j.ID, app.JobRunning, time.Minute)
 	waitPresent(t, "sleep 304")
 	// Wait until the job has told the app something beyond its start.
-	deadline := time.Now().Add(time.Minute)
-	for len(r.records(j.ID)) < 2 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.Poll(time.Minute, func() bool { return len(r.records(j.ID)) >= 2 })
 	before := r.records(j.ID)
 
-	_ = r.RTE.cmd.Process.Signal(syscall.SIGKILL)
+	r.RTE.Signal(syscall.SIGKILL)
 	r.RTE.Wait(30 * time.Second)
 
 	// A torn last record: half a frame header appended, as a crash mid-append leaves it.
@@ -100,7 +98,7 @@ func TestKillRTEMidJob(t *testing.T) {
 		}
 	}
 	if !strings.Contains(r.RTE.Log(), "spool") {
-		t.Logf("RTE log after restart:\n%s", tail(r.RTE.Log(), 20))
+		t.Logf("RTE log after restart:\n%s", testenv.Tail(r.RTE.Log(), 20))
 	}
 	// The orphaned playbook must not outlive its job.
 	waitGone(t, "sleep 304")
@@ -118,7 +116,7 @@ func TestDrainOnSIGTERM(t *testing.T) {
 	r.RTE.Signal(syscall.SIGTERM)
 	sawNotReady := false
 	for i := 0; i < 100; i++ {
-		if code, _ := r.RTE.probe("/ready"); code == 503 {
+		if code, _ := r.RTE.Probe("/ready"); code == 503 {
 			sawNotReady = true
 			break
 		}
@@ -180,12 +178,12 @@ func TestFullSpoolDisk(t *testing.T) {
 		}
 	}
 	if end == nil {
-		t.Fatalf("no end record for the job that filled the spool\n%s", tail(r.RTE.Log(), 30))
+		t.Fatalf("no end record for the job that filled the spool\n%s", testenv.Tail(r.RTE.Log(), 30))
 	}
 	if end.Status != protocol.StatusError || !strings.Contains(end.Message, "spool") {
 		t.Fatalf("end %+v, want status error naming the spool", end)
 	}
-	code, body := r.RTE.probe("/ready")
+	code, body := r.RTE.Probe("/ready")
 	if code != 503 || !strings.Contains(body, "spool") {
 		t.Fatalf("/ready = %d %q while the spool is full, want 503 naming the spool", code, body)
 	}

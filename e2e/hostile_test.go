@@ -11,6 +11,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/protocol"
 )
 
@@ -229,7 +230,7 @@ func TestHostileJobStartRefused(t *testing.T) {
 		}
 	}
 	if strings.Contains(rte.Log()[mark:], `"job accepted"`) {
-		t.Errorf("the RTE accepted a hostile job:\n%s", tail(rte.Log()[mark:], 3000))
+		t.Errorf("the RTE accepted a hostile job:\n%s", testenv.Tail(rte.Log()[mark:], 3000))
 	}
 
 	// The running job was not disturbed: it is canceled and ends canceled, as any job would.
@@ -278,7 +279,7 @@ func TestHostileReplayedStart(t *testing.T) {
 			t.Fatalf("replayed once-1: %+v, want job.refused already_ran", ref)
 		}
 		if strings.Contains(rte.Log()[mark:], `"job accepted"`) {
-			t.Fatalf("the replayed start was accepted:\n%s", tail(rte.Log()[mark:], 2000))
+			t.Fatalf("the replayed start was accepted:\n%s", testenv.Tail(rte.Log()[mark:], 2000))
 		}
 	}
 	replay(a, rte)

@@ -4,15 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/rte-project/rte/app"
+	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/pinning"
 	"github.com/rte-project/rte/protocol"
 	"github.com/rte-project/rte/server/socket"
@@ -21,39 +20,25 @@ import (
 const testToken = "e2e-token-0123456789abcdef"
 
 // appHalf is the real app half on a real HTTP listener, with an in-memory store.
-type appHalf struct {
-	*app.App
-	Store app.Store
-	URL   string
-}
+type appHalf struct{ *appSide }
 
 func newAppHalf(t *testing.T) *appHalf {
 	t.Helper()
-	store := app.NewMemoryStore()
-	a, err := app.New(app.Config{Store: store, Logger: zaptest.NewLogger(t), Node: "app-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(a.Handler())
-	t.Cleanup(srv.Close)
-	return &appHalf{App: a, Store: store, URL: srv.URL}
+	return &appHalf{startAppSide(t, served())}
 }
 
 // waitRunner waits until the app holds runner name in the wanted state.
 func (a *appHalf) waitRunner(t *testing.T, name string, want app.State) *app.Runner {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
 	var last *app.Runner
-	for time.Now().Before(deadline) {
+	if !testenv.Poll(30*time.Second, func() bool {
 		r, err := a.Store.GetRunner(context.Background(), name)
-		if err == nil && r.State == want {
-			return r
-		}
 		last = r
-		time.Sleep(20 * time.Millisecond)
+		return err == nil && r.State == want
+	}) {
+		t.Fatalf("runner %q did not reach state %q within 30s; last seen %+v", name, want, last)
 	}
-	t.Fatalf("runner %q did not reach state %q within 30s; last seen %+v", name, want, last)
-	return nil
+	return last
 }
 
 func inboundEnv(a *appHalf, name string, port int, extra ...string) []string {
@@ -94,7 +79,7 @@ func TestInboundRegisterApproveAndPinnedDial(t *testing.T) {
 	if waiting.TokenFingerprint != tokenFP {
 		t.Fatalf("app received token fingerprint %s, the RTE logged %s", waiting.TokenFingerprint, tokenFP)
 	}
-	if code, _ := rte.probe("/ready"); code != 200 {
+	if code, _ := rte.Probe("/ready"); code != 200 {
 		t.Fatalf("/ready = %d while waiting for approval, want 200 (inbound serves before approval)", code)
 	}
 
@@ -159,7 +144,7 @@ func TestInboundRegisterApproveAndPinnedDial(t *testing.T) {
 	} else if mismatch.Expected != certFP || mismatch.Presented != impStart["certificate_fingerprint"] {
 		t.Fatalf("mismatch names %s/%s, want %s/%v", mismatch.Expected, mismatch.Presented, certFP, impStart["certificate_fingerprint"])
 	}
-	code, body := impostor.probe("/metrics", "Authorization", "Bearer metrics-token-0123456789")
+	code, body := impostor.Probe("/metrics", "Authorization", "Bearer metrics-token-0123456789")
 	if code != 200 || !strings.Contains(body, `rte_socket_connections_total{direction="inbound"} 0`) {
 		t.Fatalf("the impostor accepted a socket or /metrics failed (%d):\n%s", code, grepLines(body, "rte_socket"))
 	}
@@ -199,7 +184,7 @@ func TestPinnedDialerRefusesImpostor(t *testing.T) {
 	if !strings.Contains(err.Error(), mismatch.Expected) || !strings.Contains(err.Error(), mismatch.Presented) {
 		t.Fatalf("error text %q does not name both fingerprints", err)
 	}
-	_, body := impostor.probe("/metrics", "Authorization", "Bearer metrics-token-0123456789")
+	_, body := impostor.Probe("/metrics", "Authorization", "Bearer metrics-token-0123456789")
 	for _, want := range []string{`rte_socket_connections_total{direction="inbound"} 0`, `rte_auth_failures_total{endpoint="socket",reason="missing"} 0`, `rte_auth_failures_total{endpoint="socket",reason="wrong"} 0`} {
 		if !strings.Contains(body, want) {
 			t.Fatalf("impostor metrics lack %q: the dialer reached HTTP:\n%s", want, grepLines(body, "rte_"))

@@ -4,21 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zaptest"
-
 	"github.com/rte-project/rte/app"
-	"github.com/rte-project/rte/app/sqlitestore"
+	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/protocol"
 )
 
@@ -29,22 +22,19 @@ const joinToken = "e2e-join-token-0123456789"
 // change that: withRTEEnv, withApp). The app reaches the RTE through a TCP proxy that a test
 // can cut.
 type jobRig struct {
-	t      testing.TB
-	App    *app.App
-	Store  app.Store
-	RTE    *rteProc
-	Proxy  *proxy
-	Name   string
-	dir    string
-	env    []string
-	cancel context.CancelFunc
-	done   chan struct{}
+	t     testing.TB
+	App   *app.App
+	Store app.Store
+	RTE   *rteProc
+	Proxy *testenv.Forwarder
+	Name  string
+	dir   string
+	env   []string
 
-	// For more app nodes on the same store (nodes_test.go): the file, the config this node
-	// was made with, and its listener, where the RTE registers.
-	dbPath string
-	appCfg app.Config
-	srv    *httptest.Server
+	// side is this node's app half: for more app nodes on the same store (nodes_test.go), its
+	// file, the config it was made with, and its listener, where the RTE registers. Nil on a
+	// rig over another helper's App (outboundApp.rig).
+	side *appSide
 }
 
 type rigOption func(*rigConfig)
@@ -69,53 +59,39 @@ func newJobRig(t testing.TB, opts ...rigOption) *jobRig {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	dbPath := filepath.Join(t.TempDir(), "app.db")
-	store, err := sqlitestore.Open(dbPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	appCfg := app.Config{
-		Store: store, Logger: zaptest.NewLogger(t), Node: "app-1", JoinToken: joinToken,
-		RedialMin: 50 * time.Millisecond, RedialMax: 300 * time.Millisecond,
-		PollInterval: 100 * time.Millisecond,
-	}
+	appOpts := []appOption{onSQLite(""), served(), withAppConfig(func(c *app.Config) {
+		c.JoinToken = joinToken
+		c.RedialMin, c.RedialMax = 50*time.Millisecond, 300*time.Millisecond
+		c.PollInterval = 100 * time.Millisecond
+	})}
 	if cfg.appEdit != nil {
-		cfg.appEdit(&appCfg)
+		appOpts = append(appOpts, withAppConfig(cfg.appEdit))
 	}
-	a, err := app.New(appCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(a.Handler())
-	t.Cleanup(srv.Close)
+	side := startAppSide(t, appOpts...)
 
 	testdata, _ := filepath.Abs("testdata")
 	port := freePort(t)
-	px := newProxy(t, fmt.Sprintf("127.0.0.1:%d", port))
-	r := &jobRig{t: t, App: a, Store: store, Proxy: px, Name: "rte-jobs", dir: t.TempDir(), done: make(chan struct{}),
-		dbPath: dbPath, appCfg: appCfg, srv: srv}
+	px := testenv.StartForwarder(t, fmt.Sprintf("127.0.0.1:%d", port))
+	r := &jobRig{t: t, App: side.App, Store: side.Store, Proxy: px, Name: "rte-jobs", dir: t.TempDir(), side: side}
 	r.env = append([]string{
 		"HTTPS=1", "RTE_TOKEN=" + testToken, "RTE_NAME=" + r.Name, "RTE_JOIN_TOKEN=" + joinToken,
-		"APP_URL=" + srv.URL, "RTE_URL=https://" + px.Addr(),
+		"APP_URL=" + side.URL, "RTE_URL=https://" + px.Addr(),
 		"RTE_FILES=local", "ANSIBLE_PATH=" + filepath.Join(testdata, "playbooks"),
 		"REPO_PATH=" + filepath.Join(testdata, "inventory"),
 		"RTE_DRAIN_SECONDS=2",
 	}, cfg.rteEnv...)
 	r.RTE = startRTE(t, r.dir, port, r.env...)
 
-	ctx, cancel := context.WithCancel(context.Background())
-	r.cancel = cancel
-	go func() { defer close(r.done); _ = a.Run(ctx) }()
-	t.Cleanup(r.Stop)
+	side.Start(t)
 	r.waitConnected()
 	return r
 }
 
 // Stop ends the app's Run loop and waits for it.
 func (r *jobRig) Stop() {
-	r.cancel()
-	<-r.done
+	if r.side != nil {
+		r.side.Stop()
+	}
 }
 
 // Restart starts the RTE again in the same directory (same certificate, same spool).
@@ -127,14 +103,9 @@ func (r *jobRig) Restart() {
 
 func (r *jobRig) waitConnected() {
 	r.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		if st, ok := r.App.Status(r.Name); ok && st.Connected {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testenv.Poll(60*time.Second, func() bool { st, ok := r.App.Status(r.Name); return ok && st.Connected }) {
+		r.t.Fatalf("the app did not connect to runner %s within 60s", r.Name)
 	}
-	r.t.Fatalf("the app did not connect to runner %s within 60s", r.Name)
 }
 
 // submit queues a job on the rig's runner.
@@ -150,41 +121,36 @@ func (r *jobRig) submit(js protocol.JobStart) *app.Job {
 // waitState waits until the job is in state (or ended, which ends every wait).
 func (r *jobRig) waitState(id string, state app.JobState, timeout time.Duration) *app.Job {
 	r.t.Helper()
-	deadline := time.Now().Add(timeout)
-	var j *app.Job
-	for time.Now().Before(deadline) {
-		var err error
-		j, err = r.App.GetJob(context.Background(), id)
-		if err != nil {
-			r.t.Fatal(err)
-		}
-		if j.State == state || j.State == app.JobEnded {
-			return j
-		}
-		time.Sleep(25 * time.Millisecond)
+	j := r.pollJob(id, timeout, func(j *app.Job) bool { return j.State == state || j.State == app.JobEnded })
+	if j == nil || (j.State != state && j.State != app.JobEnded) {
+		r.t.Fatalf("job %s not %s within %s: %+v", id, state, timeout, j)
 	}
-	r.t.Fatalf("job %s not %s within %s: %+v", id, state, timeout, j)
-	return nil
+	return j
 }
 
 // waitEnd waits for the job's end, and for every record up to it to be stored.
 func (r *jobRig) waitEnd(id string, timeout time.Duration) *app.Job {
 	r.t.Helper()
-	deadline := time.Now().Add(timeout)
+	j := r.pollJob(id, timeout, func(j *app.Job) bool { return j.State == app.JobEnded })
+	if j == nil || j.State != app.JobEnded {
+		r.t.Fatalf("job %s did not end within %s: %+v\nRTE log:\n%s", id, timeout, j, testenv.Tail(r.RTE.Log(), 40))
+	}
+	return j
+}
+
+// pollJob reads the job until done accepts it or timeout passes, and returns the last read.
+func (r *jobRig) pollJob(id string, timeout time.Duration, done func(*app.Job) bool) *app.Job {
+	r.t.Helper()
 	var j *app.Job
-	for time.Now().Before(deadline) {
+	testenv.Poll(timeout, func() bool {
 		var err error
 		j, err = r.App.GetJob(context.Background(), id)
 		if err != nil {
 			r.t.Fatal(err)
 		}
-		if j.State == app.JobEnded {
-			return j
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-	r.t.Fatalf("job %s did not end within %s: %+v\nRTE log:\n%s", id, timeout, j, tail(r.RTE.Log(), 40))
-	return nil
+		return done(j)
+	})
+	return j
 }
 
 // records reads every stored record of a job.
@@ -282,96 +248,6 @@ func mustJSON(t testing.TB, b []byte, v any) {
 	if err := json.Unmarshal(b, v); err != nil {
 		t.Fatalf("decode %s: %v", b, err)
 	}
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-// proxy forwards TCP to target and can cut every connection it carries, which drops the
-// app's socket without either peer closing it.
-type proxy struct {
-	t      testing.TB
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	wg     sync.WaitGroup
-	// refusing closes every new connection at once, as a firewall that drops the way would.
-	refusing atomic.Bool
-}
-
-// Refuse makes the proxy close new connections at once (on) or carry them again (off).
-func (p *proxy) Refuse(on bool) { p.refusing.Store(on) }
-
-func newProxy(t testing.TB, target string) *proxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{t: t, ln: ln, target: target, conns: map[net.Conn]struct{}{}}
-	p.wg.Add(1)
-	go p.accept()
-	t.Cleanup(func() {
-		ln.Close()
-		p.Drop()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *proxy) Addr() string { return p.ln.Addr().String() }
-
-func (p *proxy) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		if p.refusing.Load() {
-			c.Close()
-			continue
-		}
-		up, err := net.DialTimeout("tcp", p.target, 5*time.Second)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns[c], p.conns[up] = struct{}{}, struct{}{}
-		p.mu.Unlock()
-		p.wg.Add(2)
-		go p.pipe(c, up)
-		go p.pipe(up, c)
-	}
-}
-
-func (p *proxy) pipe(dst, src net.Conn) {
-	defer p.wg.Done()
-	_, _ = io.Copy(dst, src)
-	dst.Close()
-	src.Close()
-	p.mu.Lock()
-	delete(p.conns, dst)
-	delete(p.conns, src)
-	p.mu.Unlock()
-}
-
-// Drop cuts every connection through the proxy; it returns how many it cut.
-func (p *proxy) Drop() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := len(p.conns) / 2
-	for c := range p.conns {
-		c.Close()
-	}
-	return n
 }
 
 // processesWith lists the pids whose command line contains marker.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rte-project/rte/app"
+	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/protocol"
 )
 
@@ -116,27 +117,16 @@ func TestJobsEndToEnd(t *testing.T) {
 // waitPresent waits for a process whose command line holds marker.
 func waitPresent(t *testing.T, marker string) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for len(processesWith(marker)) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no process %q started", marker)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !testenv.Poll(time.Minute, func() bool { return len(processesWith(marker)) > 0 }) {
+		t.Fatalf("no process %q started", marker)
 	}
 }
 
 // waitGone waits until no process holds marker: the whole process group was stopped.
 func waitGone(t *testing.T, marker string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		left := processesWith(marker)
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("processes %v (%q) outlived their job", left, marker)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var left []string
+	if !testenv.Poll(30*time.Second, func() bool { left = processesWith(marker); return len(left) == 0 }) {
+		t.Fatalf("processes %v (%q) outlived their job", left, marker)
 	}
 }

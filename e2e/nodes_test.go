@@ -21,7 +21,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/rte-project/rte/app"
-	"github.com/rte-project/rte/app/sqlitestore"
+	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/protocol"
 )
 
@@ -31,60 +31,35 @@ import (
 // node's App and store.
 func (r *jobRig) addNode(name string, edits ...func(*app.Config)) *jobRig {
 	r.t.Helper()
-	store, err := sqlitestore.Open(r.dbPath)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	r.t.Cleanup(func() { store.Close() })
-	cfg := r.appCfg
-	cfg.Store, cfg.Node = store, name
-	for _, edit := range edits {
-		edit(&cfg)
-	}
-	a, err := app.New(cfg)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	srv := httptest.NewServer(a.Handler())
-	r.t.Cleanup(srv.Close)
-	n := &jobRig{t: r.t, App: a, Store: store, RTE: r.RTE, Proxy: r.Proxy, Name: r.Name, dir: r.dir, env: r.env,
-		done: make(chan struct{}), dbPath: r.dbPath, appCfg: cfg, srv: srv}
-	ctx, cancel := context.WithCancel(context.Background())
-	n.cancel = cancel
-	go func() { defer close(n.done); _ = a.Run(ctx) }()
-	r.t.Cleanup(n.Stop)
-	return n
+	side := startAppSide(r.t, onSQLite(r.side.DBPath), fromConfig(r.side.Config), served(), running(),
+		withAppConfig(func(c *app.Config) { c.Node = name }), withAppConfig(edits...))
+	return &jobRig{t: r.t, App: side.App, Store: side.Store, RTE: r.RTE, Proxy: r.Proxy, Name: r.Name, dir: r.dir, env: r.env, side: side}
 }
 
 // StopNode stops the node as an operator stopping rte-app would: its Run ends (closing its
 // sockets and freeing its leases), and its listener closes.
 func (r *jobRig) StopNode() {
 	r.Stop()
-	r.srv.Close()
+	r.side.srv.Close()
 }
 
 // waitHolder waits until the rig's App reports the runner's socket at node.
 func (r *jobRig) waitHolder(node string, timeout time.Duration) {
 	r.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		st, ok := r.App.Status(r.Name)
-		if ok && st.Connected && st.Node == node {
-			return
-		}
-		if time.Now().After(deadline) {
-			r.t.Fatalf("runner %s: status %+v, want its socket held by %s within %s", r.Name, st, node, timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var st app.RunnerStatus
+	if !testenv.Poll(timeout, func() bool {
+		var ok bool
+		st, ok = r.App.Status(r.Name)
+		return ok && st.Connected && st.Node == node
+	}) {
+		r.t.Fatalf("runner %s: status %+v, want its socket held by %s within %s", r.Name, st, node, timeout)
 	}
 }
 
 // welcomedBy lists the app node of every welcome the RTE logged after mark, in order.
 func welcomedBy(rte *rteProc, mark int) []string {
-	rte.mu.Lock()
-	defer rte.mu.Unlock()
 	var nodes []string
-	for _, l := range rte.lines[mark:] {
+	for _, l := range rte.Lines(mark) {
 		if l["msg"] == "welcomed" {
 			n, _ := l["node"].(string)
 			nodes = append(nodes, n)
@@ -106,10 +81,7 @@ func TestNodesInboundTakeover(t *testing.T) {
 	j := b.submit(protocol.JobStart{Playbook: "lines.yml", Inventories: []string{"local.ini"},
 		Extravars: json.RawMessage(fmt.Sprintf(`{"lines":%d,"batches":10,"pause":1}`, lines))})
 	a.waitState(j.ID, app.JobRunning, time.Minute)
-	deadline := time.Now().Add(time.Minute)
-	for len(a.records(j.ID)) < 3 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.Poll(time.Minute, func() bool { return len(a.records(j.ID)) >= 3 })
 	if got := welcomedBy(a.RTE, 0); strings.Join(got, ",") != "app-1" {
 		t.Fatalf("before the stop the RTE was welcomed by %v, want app-1 alone: one node holds the socket", got)
 	}
@@ -138,13 +110,11 @@ func TestNodesInboundTakeover(t *testing.T) {
 		t.Fatalf("after the stop the RTE was welcomed by %v, want app-2 alone", got)
 	}
 	resent := 0
-	a.RTE.mu.Lock()
-	for _, l := range a.RTE.lines[mark:] {
+	for _, l := range a.RTE.Lines(mark) {
 		if l["msg"] == "resent spooled records" {
 			resent++
 		}
 	}
-	a.RTE.mu.Unlock()
 	if resent == 0 {
 		t.Fatal("the RTE resent nothing to app-2, though the job printed while no node held its socket")
 	}
@@ -341,12 +311,8 @@ func nodesTakeover(t *testing.T, a, b *refApp, what string, fault func(victim st
 	if holder == "e2e-node-b" {
 		survivor, victim = a, "e2e-node-b"
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for runnerOn(t, survivor, name) != holder {
-		if time.Now().After(deadline) {
-			t.Fatalf("the surviving node does not show the runner's socket at %s", holder)
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !testenv.Poll(30*time.Second, func() bool { return runnerOn(t, survivor, name) == holder }) {
+		t.Fatalf("the surviving node does not show the runner's socket at %s", holder)
 	}
 
 	const lines = 25000

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rte-project/rte/app"
+	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/pinning"
 	"github.com/rte-project/rte/protocol"
 )
@@ -199,7 +200,7 @@ func TestSIGHUPKeepsJobsRunning(t *testing.T) {
 	r := newJobRig(t, withRTEEnv("METRICS_TOKEN=metrics-token-0123456789"))
 	metric := func(series string) string {
 		t.Helper()
-		_, body := r.RTE.probe("/metrics", "Authorization", "Bearer metrics-token-0123456789")
+		_, body := r.RTE.Probe("/metrics", "Authorization", "Bearer metrics-token-0123456789")
 		for _, line := range strings.Split(body, "\n") {
 			if v, ok := strings.CutPrefix(line, series+" "); ok {
 				return v
@@ -216,7 +217,7 @@ func TestSIGHUPKeepsJobsRunning(t *testing.T) {
 	r.RTE.WaitLogAfter(mark, "SIGHUP ignored: settings are read once, at start; restart the RTE to change them (SIGTERM drains)", 10*time.Second)
 	// A second one is no "second signal": nothing stops.
 	r.RTE.Signal(syscall.SIGHUP)
-	if code, body := r.RTE.probe("/ready"); code != 200 {
+	if code, body := r.RTE.Probe("/ready"); code != 200 {
 		t.Fatalf("/ready after SIGHUP = %d %s, want 200", code, body)
 	}
 	if v := metric("rte_jobs_running"); v != "1" {
@@ -227,9 +228,7 @@ func TestSIGHUPKeepsJobsRunning(t *testing.T) {
 		t.Fatalf("job after SIGHUP: %+v, want success", end)
 	}
 	// The end reaches the app as the runner lets go of the job: wait for that.
-	for deadline := time.Now().Add(10 * time.Second); metric("rte_jobs_running") != "0" && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Poll(10*time.Second, func() bool { return metric("rte_jobs_running") == "0" })
 	for series, want := range map[string]string{
 		"rte_jobs_running": "0", `rte_jobs_ended_total{status="success"}`: "1",
 		`rte_job_duration_seconds_count{status="success"}`: "1", `rte_jobs_ended_total{status="abandoned"}`: "0",
@@ -261,7 +260,7 @@ func TestSIGHUPKeepsJobsRunning(t *testing.T) {
 // what a fresh RTE is.
 func TestMetricsNamesAndZeroSeries(t *testing.T) {
 	rte := startRTE(t, t.TempDir(), freePort(t), "RTE_TOKEN="+testToken, "METRICS_TOKEN=metrics-token-0123456789", "HTTPS=1")
-	code, body := rte.probe("/metrics", "Authorization", "Bearer metrics-token-0123456789")
+	code, body := rte.Probe("/metrics", "Authorization", "Bearer metrics-token-0123456789")
 	if code != 200 {
 		t.Fatalf("/metrics = %d", code)
 	}

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -13,34 +12,30 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zaptest"
-
 	"github.com/rte-project/rte/app"
 	"github.com/rte-project/rte/app/sqlitestore"
+	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/protocol"
 )
 
 // outboundApp is the real app half (SQLite store, Run loop) that outbound RTEs dial. Its
 // handler counts the sockets each runner name asks for, to catch an RTE that dials too often.
 type outboundApp struct {
-	t      *testing.T
-	App    *app.App
-	Store  *sqlitestore.Store
-	cancel context.CancelFunc
-	done   chan struct{}
+	t     *testing.T
+	App   *app.App
+	Store app.Store
+	side  *appSide
 
 	mu    sync.Mutex
 	dials map[string]int
@@ -50,36 +45,19 @@ type outboundApp struct {
 // edits change its config first (another node name, a seed).
 func newOutboundApp(t *testing.T, dbPath string, edits ...func(*app.Config)) *outboundApp {
 	t.Helper()
-	if dbPath == "" {
-		dbPath = filepath.Join(t.TempDir(), "app.db")
-	}
-	store, err := sqlitestore.Open(dbPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := app.Config{
-		Store: store, Logger: zaptest.NewLogger(t), Node: "app-1", JoinToken: joinToken,
-		PollInterval: 100 * time.Millisecond,
-	}
-	for _, edit := range edits {
-		edit(&cfg)
-	}
-	a, err := app.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	oa := &outboundApp{t: t, App: a, Store: store, cancel: cancel, done: make(chan struct{}), dials: map[string]int{}}
-	go func() { defer close(oa.done); _ = a.Run(ctx) }()
+	side := startAppSide(t, onSQLite(dbPath), running(), withAppConfig(func(c *app.Config) {
+		c.JoinToken = joinToken
+		c.PollInterval = 100 * time.Millisecond
+	}), withAppConfig(edits...))
+	oa := &outboundApp{t: t, App: side.App, Store: side.Store, side: side, dials: map[string]int{}}
 	t.Cleanup(oa.Stop)
 	return oa
 }
 
 // Stop ends Run, which closes every outbound socket, and closes the store. Safe to call twice.
 func (oa *outboundApp) Stop() {
-	oa.cancel()
-	<-oa.done
-	_ = oa.Store.Close()
+	oa.side.Stop()
+	_ = oa.Store.(*sqlitestore.Store).Close()
 }
 
 func (oa *outboundApp) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -100,15 +78,15 @@ func (oa *outboundApp) dialsOf(name string) int {
 // waitRunner waits until the runner is stored in state.
 func (oa *outboundApp) waitRunner(name string, state app.State) *app.Runner {
 	oa.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if r, err := oa.Store.GetRunner(context.Background(), name); err == nil && r.State == state {
-			return r
-		}
-		time.Sleep(20 * time.Millisecond)
+	var r *app.Runner
+	if !testenv.Poll(30*time.Second, func() bool {
+		got, err := oa.Store.GetRunner(context.Background(), name)
+		r = got
+		return err == nil && got.State == state
+	}) {
+		oa.t.Fatalf("runner %q not %s within 30s", name, state)
 	}
-	oa.t.Fatalf("runner %q not %s within 30s", name, state)
-	return nil
+	return r
 }
 
 // rig gives the jobRig helpers (submit, waitEnd, story) over this app and an RTE.
@@ -132,16 +110,10 @@ func outboundToken(name string) string { return "e2e-outbound-token-" + name }
 // waitReady polls /ready until it answers 200.
 func waitReady(t *testing.T, rte *rteProc) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		code, body := rte.probe("/ready")
-		if code == http.StatusOK {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/ready still %d %q after 30s", code, body)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var code int
+	var body string
+	if !testenv.Poll(30*time.Second, func() bool { code, body = rte.Probe("/ready"); return code == http.StatusOK }) {
+		t.Fatalf("/ready still %d %q after 30s", code, body)
 	}
 }
 
@@ -161,10 +133,8 @@ func noRace(t *testing.T, rtes ...*rteProc) {
 }
 
 func countLog(rte *rteProc, msg string) int {
-	rte.mu.Lock()
-	defer rte.mu.Unlock()
 	n := 0
-	for _, l := range rte.lines {
+	for _, l := range rte.Lines(0) {
 		if s, _ := l["msg"].(string); strings.Contains(s, msg) {
 			n++
 		}
@@ -183,7 +153,7 @@ func TestOutboundJoinApproveAndRun(t *testing.T) {
 	t.Cleanup(srv.Close)
 	const name = "rte-out-1"
 	rte := startRTE(t, t.TempDir(), freePort(t), outboundEnv("http://"+srv.Listener.Addr().String(), name)...)
-	if code, body := rte.probe("/ready"); code != http.StatusServiceUnavailable || !strings.Contains(body, "app") {
+	if code, body := rte.Probe("/ready"); code != http.StatusServiceUnavailable || !strings.Contains(body, "app") {
 		t.Fatalf("/ready before the app answered: %d %q, want 503 naming the app", code, body)
 	}
 	srv.Start()
@@ -293,10 +263,7 @@ func TestOutboundAppRestartMidJob(t *testing.T) {
 	j := jr.submit(protocol.JobStart{Playbook: "lines.yml", Inventories: []string{"local.ini"},
 		Extravars: json.RawMessage(fmt.Sprintf(`{"lines":%d,"batches":8,"pause":1}`, lines))})
 	jr.waitState(j.ID, app.JobRunning, time.Minute)
-	deadline := time.Now().Add(time.Minute)
-	for len(jr.records(j.ID)) < 2 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.Poll(time.Minute, func() bool { return len(jr.records(j.ID)) >= 2 })
 
 	mark := rte.Mark()
 	oa.Stop()
@@ -375,11 +342,11 @@ func TestOutboundTLSAndProxy(t *testing.T) {
 		t.Cleanup(srv.Close)
 		_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
 		appHost := "app.rte-e2e.invalid:" + port
-		px := startE2EProxy(t, map[string]string{appHost: srv.Listener.Addr().String()})
+		px := testenv.StartConnectProxy(t, map[string]string{appHost: srv.Listener.Addr().String()})
 		rte := startRTE(t, t.TempDir(), freePort(t), outboundEnv("http://"+appHost, "rte-proxied",
-			"RTE_JOIN_TOKEN="+joinToken, "HTTPS_PROXY=http://"+px.ln.Addr().String())...)
+			"RTE_JOIN_TOKEN="+joinToken, "HTTPS_PROXY=http://"+px.Addr())...)
 		rte.WaitLogMatch(0, "welcomed", 30*time.Second, welcomedWith(true))
-		if got := px.seen(); len(got) == 0 || got[0] != appHost {
+		if got := px.Seen(); len(got) == 0 || got[0] != appHost {
 			t.Fatalf("the proxy was asked for %v, want CONNECT %s", got, appHost)
 		}
 		noRace(t, rte)
@@ -430,96 +397,4 @@ func (ca *e2eCA) leaf(t *testing.T) tls.Certificate {
 		t.Fatal(err)
 	}
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
-
-// e2eProxy is an HTTP CONNECT proxy on 127.0.0.1 that maps the names in resolve to addresses,
-// as a proxy with its own DNS would, and keeps every target it was asked for.
-type e2eProxy struct {
-	ln      net.Listener
-	resolve map[string]string
-	wg      sync.WaitGroup
-
-	mu      sync.Mutex
-	targets []string
-	conns   []net.Conn
-}
-
-func startE2EProxy(t *testing.T, resolve map[string]string) *e2eProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &e2eProxy{ln: ln, resolve: resolve}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			p.track(c)
-			p.wg.Add(1)
-			go func() { defer p.wg.Done(); p.handle(c) }()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		p.mu.Lock()
-		for _, c := range p.conns {
-			c.Close()
-		}
-		p.mu.Unlock()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *e2eProxy) track(c net.Conn) {
-	p.mu.Lock()
-	p.conns = append(p.conns, c)
-	p.mu.Unlock()
-}
-
-func (p *e2eProxy) handle(c net.Conn) {
-	defer c.Close()
-	br := bufio.NewReader(c)
-	req, err := http.ReadRequest(br)
-	if err != nil || req.Method != http.MethodConnect {
-		_, _ = io.WriteString(c, "HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n")
-		return
-	}
-	p.mu.Lock()
-	p.targets = append(p.targets, req.Host)
-	p.mu.Unlock()
-	target, ok := p.resolve[req.Host]
-	if !ok {
-		// Only the names it was given: this proxy must never reach beyond the machine.
-		_, _ = io.WriteString(c, "HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
-		return
-	}
-	up, err := net.Dial("tcp", target)
-	if err != nil {
-		_, _ = io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
-		return
-	}
-	p.track(up)
-	defer up.Close()
-	_, _ = io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n")
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_, _ = io.Copy(up, br)
-		up.Close()
-	}()
-	_, _ = io.Copy(c, up)
-	c.Close()
-	<-done
-}
-
-func (p *e2eProxy) seen() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return slices.Clone(p.targets)
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/rte-project/rte/app"
 	"github.com/rte-project/rte/cache/bundle"
+	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/protocol"
 )
 
@@ -235,12 +236,8 @@ func dirBytes(t testing.TB, dir string) int64 {
 
 func eventuallyTrue(t testing.TB, what string, limit time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still not so after %s", what, limit)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !testenv.Poll(limit, cond) {
+		t.Fatalf("%s: still not so after %s", what, limit)
 	}
 }
 

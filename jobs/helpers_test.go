@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/jobs"
 	"github.com/rte-project/rte/jobs/afevents"
 	"github.com/rte-project/rte/protocol"
@@ -263,6 +264,9 @@ type testEnv struct {
 
 func requireAnsible(t *testing.T) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: this test runs the real ansible-playbook")
+	}
 	if _, err := exec.LookPath("ansible-playbook"); err != nil {
 		t.Skip("ansible-playbook is not in PATH: apt-get install -y ansible-core")
 	}
@@ -384,19 +388,12 @@ func groupMembers(pgid int) []string {
 // asynchronously, so one may still be exiting when the end is recorded.
 func wantGroupGone(t *testing.T, pgid int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		members := groupMembers(pgid)
-		if len(members) == 0 {
-			if err := syscall.Kill(-pgid, 0); err != nil && !errors.Is(err, syscall.ESRCH) {
-				t.Errorf("kill(-%d, 0) = %v, want ESRCH or success on zombies only", pgid, err)
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("process group %d still has live processes 10s after the end: %v", pgid, members)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var members []string
+	if !testenv.Poll(10*time.Second, func() bool { members = groupMembers(pgid); return len(members) == 0 }) {
+		t.Fatalf("process group %d still has live processes 10s after the end: %v", pgid, members)
+	}
+	if err := syscall.Kill(-pgid, 0); err != nil && !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("kill(-%d, 0) = %v, want ESRCH or success on zombies only", pgid, err)
 	}
 }
 

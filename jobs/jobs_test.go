@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/jobs"
 	"github.com/rte-project/rte/protocol"
 )
@@ -143,21 +144,16 @@ func TestCancelStopsTheWholeGroup(t *testing.T) {
 	e.start(t, jobStart("cancel-1", "background.yml"))
 	recs := e.rec.waitFor(t, "cancel-1", "the start record", func(r []protocol.Record) bool { return len(r) > 0 })
 	pgid := startOf(t, recs).PID
-	deadline := time.Now().Add(safetyNet)
-	for {
+	if !testenv.Poll(safetyNet, func() bool {
 		sleeps := 0
 		for _, p := range groupMembers(pgid) {
 			if strings.HasSuffix(p, "(sleep)") {
 				sleeps++
 			}
 		}
-		if sleeps >= 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the playbook's two sleeps never appeared in process group %d: %v", pgid, groupMembers(pgid))
-		}
-		time.Sleep(20 * time.Millisecond)
+		return sleeps >= 2
+	}) {
+		t.Fatalf("the playbook's two sleeps never appeared in process group %d: %v", pgid, groupMembers(pgid))
 	}
 	if !e.m.Cancel("cancel-1") {
 		t.Fatalf("Cancel(cancel-1) = false, want true for a running job")

@@ -3,6 +3,7 @@ package pgstore_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -29,8 +30,15 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// Starting PostgreSQL takes seconds: not in the -short inner loop, where every test that
+	// needs it skips and says why. testing.Short needs the flags parsed first.
+	flag.Parse()
 	var err error
-	server, err = pgtest.Start()
+	if testing.Short() {
+		missing = errors.New("-short does not start PostgreSQL")
+	} else {
+		server, err = pgtest.Start()
+	}
 	if errors.Is(err, pgtest.ErrMissing) {
 		missing = err
 	} else if err != nil {

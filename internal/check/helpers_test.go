@@ -1,26 +1,19 @@
 package check_test
 
 import (
-	"bytes"
 	"context"
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/ed25519"
-	"crypto/elliptic"
-	"crypto/rand"
 	"encoding/base64"
-	"encoding/pem"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/rte-project/rte/internal/check"
+	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/protocol"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
@@ -159,20 +152,7 @@ func fakeListener(t *testing.T, greeting []byte) int {
 // newKey returns a fresh key pair of kind "ed25519" or "ecdsa".
 func newKey(t *testing.T, kind string) (crypto.Signer, ssh.PublicKey) {
 	t.Helper()
-	var priv crypto.Signer
-	var err error
-	switch kind {
-	case "ed25519":
-		_, priv, err = ed25519.GenerateKey(rand.Reader)
-	case "ecdsa":
-		priv, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	default:
-		t.Fatalf("unknown key kind %q", kind)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, err := ssh.NewPublicKey(priv.Public())
+	priv, pub, err := testenv.NewKey(kind)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,17 +163,7 @@ func newKey(t *testing.T, kind string) (crypto.Signer, ssh.PublicKey) {
 // is not empty.
 func writePrivateKey(t *testing.T, path string, priv crypto.Signer, passphrase string) {
 	t.Helper()
-	var block *pem.Block
-	var err error
-	if passphrase == "" {
-		block, err = ssh.MarshalPrivateKey(priv, "rte check test")
-	} else {
-		block, err = ssh.MarshalPrivateKeyWithPassphrase(priv, "rte check test", []byte(passphrase))
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, pem.EncodeToMemory(block), 0o600); err != nil {
+	if err := testenv.WritePrivateKey(path, priv, passphrase); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -217,114 +187,11 @@ type sshd struct {
 // addr is the server's address as known_hosts names it.
 func (s *sshd) addr() string { return fmt.Sprintf("127.0.0.1:%d", s.port) }
 
-// startSSHD runs /usr/sbin/sshd in the foreground on 127.0.0.1 with an ed25519 and an ECDSA
-// host key, accepting public keys only, for root among others; it stops when the test ends.
-// It skips the test when sshd cannot run here (not installed, or not root).
+// startSSHD runs the shared real sshd (testenv.SSHD) on 127.0.0.1 with an ed25519 and an
+// ECDSA host key, accepting public keys only, for root among others; it stops when the test
+// ends. It skips the test when sshd cannot run here (not installed, or not root).
 func startSSHD(t *testing.T) *sshd {
 	t.Helper()
-	const bin = "/usr/sbin/sshd"
-	if _, err := os.Stat(bin); err != nil {
-		t.Skipf("no real sshd to test against (%v): apt-get install -y openssh-server", err)
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("sshd must run as root to let the test log in as root; run the tests as root")
-	}
-	// sshd refuses to start without its privilege separation directory.
-	if err := os.MkdirAll("/run/sshd", 0o755); err != nil {
-		t.Skipf("sshd cannot run here: %v", err)
-	}
-	dir := t.TempDir()
-	s := &sshd{port: closedPort(t), hostKeys: make(map[string]ssh.PublicKey)}
-	var hostKeyLines []string
-	for _, kind := range []string{"ed25519", "ecdsa"} {
-		priv, pub := newKey(t, kind)
-		path := filepath.Join(dir, "host_"+kind)
-		writePrivateKey(t, path, priv, "")
-		s.hostKeys[pub.Type()] = pub
-		hostKeyLines = append(hostKeyLines, "HostKey "+path)
-	}
-	s.userKey, s.user = newKey(t, "ed25519")
-	authorized := filepath.Join(dir, "authorized_keys")
-	if err := os.WriteFile(authorized, ssh.MarshalAuthorizedKey(s.user), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	config := strings.Join(append(hostKeyLines,
-		fmt.Sprintf("ListenAddress 127.0.0.1:%d", s.port),
-		"PidFile "+filepath.Join(dir, "sshd.pid"),
-		"AuthorizedKeysFile "+authorized,
-		"StrictModes no",
-		"UsePAM no",
-		"PasswordAuthentication no",
-		"KbdInteractiveAuthentication no",
-		"PubkeyAuthentication yes",
-		"PermitRootLogin prohibit-password",
-		"LogLevel VERBOSE",
-	), "\n") + "\n"
-	configPath := filepath.Join(dir, "sshd_config")
-	if err := os.WriteFile(configPath, []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-
-	var stderr syncBuffer
-	cmd := exec.Command(bin, "-D", "-e", "-f", configPath)
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Skipf("sshd cannot run here: %v", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-exited
-		if t.Failed() {
-			t.Logf("sshd log:\n%s", stderr.String())
-		}
-	})
-
-	// Ready when it accepts a connection and greets with its version.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		select {
-		case err := <-exited:
-			exited <- err // for the cleanup
-			t.Fatalf("sshd exited before it listened (%v):\n%s", err, stderr.String())
-		default:
-		}
-		if greets(s.port) {
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sshd did not listen on 127.0.0.1:%d within 10 s:\n%s", s.port, stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func greets(port int) bool {
-	c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
-	if err != nil {
-		return false
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(time.Second))
-	buf := make([]byte, 4)
-	_, err = c.Read(buf)
-	return err == nil && string(buf) == "SSH-"
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	s := testenv.StartSSHDForTest(t, testenv.SSHDConfig{HostKeyTypes: []string{"ed25519", "ecdsa"}})
+	return &sshd{port: s.Port, hostKeys: s.HostKeys, user: s.ClientPub, userKey: s.ClientKey}
 }

@@ -41,6 +41,9 @@ type ansibleRun struct {
 
 func requireAnsible(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: the plugin tests run the real ansible-playbook")
+	}
 	path, err := exec.LookPath("ansible-playbook")
 	if err != nil {
 		t.Skip("ansible-playbook is not in PATH; install Debian's ansible-core (apt-get install -y ansible-core) to run the plugin tests")

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/protocol"
 )
 
@@ -92,10 +93,8 @@ func TestFailedSyncCutsUnsyncedRecords(t *testing.T) {
 	for range 2 {
 		go func() { _, err := s.Append("j", protocol.KindOutput, text("lost")); errs <- err }()
 	}
-	for deadline := time.Now().Add(10 * time.Second); s.Stats().Records < 4; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the queued Appends never wrote: stats %+v", s.Stats())
-		}
+	if !testenv.Poll(10*time.Second, func() bool { return s.Stats().Records >= 4 }) {
+		t.Fatalf("the queued Appends never wrote: stats %+v", s.Stats())
 	}
 	fs.set("j.spool")
 	close(hold)
@@ -115,10 +114,8 @@ func TestFailedSyncCutsUnsyncedRecords(t *testing.T) {
 		t.Fatalf("Append after the failed sync = seq %d, %v; want seq 2, the failed seqs used again", rec.Seq, err)
 	}
 	// A successful append alone does not clear the failure; the next full-size test write does.
-	for deadline := time.Now().Add(10 * time.Second); s.Healthy() != nil; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("Healthy after a sync succeeded again = %v", s.Healthy())
-		}
+	if !testenv.Poll(10*time.Second, func() bool { return s.Healthy() == nil }) {
+		t.Fatalf("Healthy after a sync succeeded again = %v", s.Healthy())
 	}
 	if got := fmt.Sprint(readAll(t, s, "j")); got != "[1:one 2:two]" {
 		t.Fatalf("records after the failed sync = %s, want [1:one 2:two]", got)

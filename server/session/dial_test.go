@@ -1,7 +1,6 @@
 package session_test
 
 import (
-	"bufio"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -28,6 +27,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/protocol"
 	"github.com/rte-project/rte/server/session"
 )
@@ -391,107 +391,14 @@ func TestDialerUnreachableLoggedOnce(t *testing.T) {
 	}
 }
 
-// connectProxy is an HTTP CONNECT proxy on 127.0.0.1 that keeps the targets it was asked for
-// and maps names in resolve to addresses, as a proxy with its own DNS would.
-type connectProxy struct {
-	ln      net.Listener
-	resolve map[string]string
-	wg      sync.WaitGroup
-
-	mu      sync.Mutex
-	targets []string
-	conns   []net.Conn
-}
-
-func startConnectProxy(t *testing.T, resolve map[string]string) *connectProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &connectProxy{ln: ln, resolve: resolve}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			p.track(c)
-			p.wg.Add(1)
-			go func() { defer p.wg.Done(); p.handle(c) }()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		p.mu.Lock()
-		for _, c := range p.conns {
-			c.Close()
-		}
-		p.mu.Unlock()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *connectProxy) track(c net.Conn) {
-	p.mu.Lock()
-	p.conns = append(p.conns, c)
-	p.mu.Unlock()
-}
-
-func (p *connectProxy) handle(c net.Conn) {
-	defer c.Close()
-	br := bufio.NewReader(c)
-	req, err := http.ReadRequest(br)
-	if err != nil {
-		return
-	}
-	if req.Method != http.MethodConnect {
-		_, _ = io.WriteString(c, "HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n")
-		return
-	}
-	p.mu.Lock()
-	p.targets = append(p.targets, req.Host)
-	p.mu.Unlock()
-	target := req.Host
-	if mapped, ok := p.resolve[target]; ok {
-		target = mapped
-	}
-	up, err := net.Dial("tcp", target)
-	if err != nil {
-		_, _ = io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
-		return
-	}
-	p.track(up)
-	defer up.Close()
-	_, _ = io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n")
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_, _ = io.Copy(up, br)
-		up.Close()
-	}()
-	_, _ = io.Copy(c, up)
-	c.Close()
-	<-done
-}
-
-func (p *connectProxy) seen() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return slices.Clone(p.targets)
-}
-
 // TestDialerThroughConnectProxy dials a name only the proxy can resolve: the socket can only
 // have come through the proxy.
 func TestDialerThroughConnectProxy(t *testing.T) {
 	f := newEndpoint(t, &fakeEndpoint{behave: welcomeThen(true, 0, "")}, nil)
 	_, port, _ := net.SplitHostPort(f.srv.Listener.Addr().String())
 	appHost := "app.rte-test.invalid:" + port
-	px := startConnectProxy(t, map[string]string{appHost: f.srv.Listener.Addr().String()})
-	proxyURL, _ := url.Parse("http://" + px.ln.Addr().String())
+	px := testenv.StartConnectProxy(t, map[string]string{appHost: f.srv.Listener.Addr().String()})
+	proxyURL, _ := url.Parse("http://" + px.Addr())
 
 	logger, logs := logged()
 	m := outboundManager(logger)
@@ -499,7 +406,7 @@ func TestDialerThroughConnectProxy(t *testing.T) {
 		Proxy: http.ProxyURL(proxyURL)}
 	runDialer(t, d, m)
 	eventually(t, "welcomed through the proxy", func() bool { _, ok := m.Welcomed(); return ok })
-	if got := px.seen(); len(got) != 1 || got[0] != appHost {
+	if got := px.Seen(); len(got) != 1 || got[0] != appHost {
 		t.Fatalf("the proxy was asked to CONNECT to %v, want [%s]", got, appHost)
 	}
 	start := logs.FilterMessage("dialling the app").All()

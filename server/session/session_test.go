@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/protocol"
 	"github.com/rte-project/rte/server/session"
 )
@@ -194,12 +195,8 @@ func metric(t *testing.T, reg *prometheus.Registry, name string, labels map[stri
 // eventually polls cond until it holds; the limit is a safety net.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("still not %s after %s", what, waitLimit)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !testenv.Poll(waitLimit, cond) {
+		t.Fatalf("still not %s after %s", what, waitLimit)
 	}
 }
 

@@ -1,0 +1,26 @@
+// Package testenv is the one shared test environment: the pieces every test that needs a real
+// peer stands up, written once so the unit tests, the end-to-end tests and the demo start them
+// the same way.
+//
+// It owns:
+//
+//   - Poll and Eventually, the one way to wait for a condition with a deadline (no hand-written
+//     deadline loops in tests);
+//   - FreePort, a loopback port that is free now;
+//   - SSHD, a real OpenSSH server on loopback with its own host keys and one authorized client
+//     key, for connection checks and for playbooks over ssh;
+//   - ConnectProxy, an HTTP CONNECT proxy that resolves only the names it was given and keeps
+//     every target it was asked for;
+//   - Forwarder, a TCP forwarder that can cut every connection it carries or refuse new ones,
+//     which drops a socket without either peer closing it;
+//   - RTE, the built rte binary as a process with its JSON log lines captured, and Build, which
+//     builds the binaries once for a test binary's TestMain.
+//
+// It refuses to be production code: no binary's serving path imports it (the demo may, for the
+// sshd launcher only, because the demo is a test rig that an operator runs). It does not import
+// package testing either: the helpers that fail a test take the small [T] interface, which
+// *testing.T and *testing.B satisfy, so importing testenv adds no test flags to a binary. It
+// holds no assertions about the RTE's behaviour: tests keep their own checks and use these
+// pieces only to get real peers on real sockets. Skipping in -short mode is the caller's
+// decision (testing.Short), not this package's.
+package testenv
