@@ -381,6 +381,10 @@ func (m *Manager) SetMaxJobs(n int) {
 	}
 }
 
+// DefaultMaxJobs is Config.MaxJobs (RTE_MAX_JOBS): the limit when the app sets none, which
+// hello and the registration report. The app's override never changes it.
+func (m *Manager) DefaultMaxJobs() int { return m.cfg.MaxJobs }
+
 func (m *Manager) maxLocked() int {
 	if m.maxJobs > 0 {
 		return m.maxJobs

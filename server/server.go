@@ -53,7 +53,7 @@ type Config struct {
 
 	// ShutdownPause is how long /ready answers 503 before Serve closes the listener, so that a
 	// load balancer or a Kubernetes Service stops routing here before connections are refused.
-	// Zero: no pause (cmd/rte drains jobs before it stops the server, which gives probes time).
+	// Zero: no pause (internal/rte drains jobs before it stops the server, which gives probes time).
 	ShutdownPause time.Duration
 	// ShutdownTimeout bounds the wait for probe and metrics requests in flight once the
 	// listener is closed; connections still busy then are cut. Default 5s.

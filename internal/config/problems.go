@@ -1,7 +1,9 @@
 package config
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"strings"
 )
 
@@ -17,6 +19,20 @@ func (p Problem) String() string { return p.Var + ": " + p.Message }
 // Problems is every bad setting found by Load, so that the operator fixes them in one round.
 type Problems struct {
 	List []Problem
+}
+
+// WriteRefusal writes why the RTE refuses to start with these settings, as the binary prints
+// it: every problem of a *Problems in err on a line of its own, or err's text.
+func WriteRefusal(w io.Writer, err error) {
+	var p *Problems
+	if !errors.As(err, &p) {
+		fmt.Fprintf(w, "rte: settings: %v\n", err)
+		return
+	}
+	fmt.Fprintf(w, "rte: the settings have %d problem(s); nothing was started:\n", len(p.List))
+	for _, pr := range p.List {
+		fmt.Fprintf(w, "  - %s\n", pr.String())
+	}
 }
 
 // Error gives one problem per line, as "VAR: message".

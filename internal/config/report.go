@@ -1,10 +1,13 @@
 package config
 
 import (
+	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"reflect"
 	"strconv"
+	"text/tabwriter"
 	"time"
 
 	"github.com/rte-project/rte/protocol"
@@ -118,6 +121,19 @@ func (s *Settings) Effective() []Setting {
 		out = append(out, st)
 	}
 	return out
+}
+
+// WriteReport writes what check-config shows of the settings: each effective setting on a
+// line of its own, the values aligned, then every warning.
+func (s *Settings) WriteReport(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, e := range s.Effective() {
+		fmt.Fprintf(tw, "%s\t%s\n", e.Var, e.Value)
+	}
+	_ = tw.Flush()
+	for _, warning := range s.Warnings() {
+		fmt.Fprintf(w, "warning: %s\n", warning)
+	}
 }
 
 // source names the variable a setting was read from: itself, except for the proxy settings,

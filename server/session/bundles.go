@@ -13,7 +13,7 @@ import (
 )
 
 // BundleStore is what a session needs of the RTE's bundle cache (RTE_FILES=transfer): which
-// bundles it lacks, and somewhere to receive one. Package cache provides it; cmd/rte adapts.
+// bundles it lacks, and somewhere to receive one. Package cache provides it; internal/rte adapts.
 // Its methods are called from job goroutines (Fetch) and from the socket's reader at once.
 type BundleStore interface {
 	// Missing returns, in order and without repeats, those of hashes the store lacks.

@@ -22,7 +22,7 @@ import (
 
 const testOwner = "rte-test"
 
-// cacheStore is the real bundle cache as the session sees it, adapted as cmd/rte does.
+// cacheStore is the real bundle cache as the session sees it, adapted as internal/rte does.
 type cacheStore struct{ *cache.Cache }
 
 func (c cacheStore) Receive(hash string, size int64) (session.BundleReceiver, error) {

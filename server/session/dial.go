@@ -55,7 +55,7 @@ type Dialer struct {
 	Name      string // RTE_NAME, sent as X-RTE-Name
 	JoinToken string // RTE_JOIN_TOKEN, sent as X-RTE-Join-Token when not empty
 
-	// TLS verifies the app's certificate; nil uses the system roots. cmd/rte adds
+	// TLS verifies the app's certificate; nil uses the system roots. internal/rte adds
 	// NODE_EXTRA_CA_CERTS, or turns verification off for APP_TLS_VERIFY=0.
 	TLS *tls.Config
 	// Proxy picks the proxy for the socket (HTTPS_PROXY, NO_PROXY); nil dials directly. An

@@ -111,7 +111,8 @@ type fakeJobs struct {
 	mu       sync.Mutex
 	startErr error
 	started  []string
-	max      int
+	max      int // the limit in force
+	def      int // the limit when the app sets none (RTE_MAX_JOBS)
 	running  []string
 	canceled chan string
 	maxSet   chan int
@@ -119,7 +120,7 @@ type fakeJobs struct {
 }
 
 func newJobs(max int, running ...string) *fakeJobs {
-	return &fakeJobs{max: max, running: running, canceled: make(chan string, 10),
+	return &fakeJobs{max: max, def: max, running: running, canceled: make(chan string, 10),
 		maxSet: make(chan int, 10), changed: make(chan struct{}, 1)}
 }
 
@@ -144,12 +145,19 @@ func (j *fakeJobs) Cancel(job string) bool {
 	return job == "known"
 }
 
+// SetMaxJobs follows jobs.Manager's rule, 0 restores the RTE's own limit, and reports the
+// limit in force afterwards on maxSet.
 func (j *fakeJobs) SetMaxJobs(n int) {
+	if n == 0 {
+		n = j.def
+	}
 	j.mu.Lock()
 	j.max = n
 	j.mu.Unlock()
 	j.maxSet <- n
 }
+
+func (j *fakeJobs) DefaultMaxJobs() int { return j.def }
 
 func (j *fakeJobs) Capacity() protocol.Capacity {
 	j.mu.Lock()

@@ -25,8 +25,11 @@ type Jobs interface {
 	Start(js *protocol.JobStart) error
 	// Cancel stops a job's process group; false when the RTE does not run that job.
 	Cancel(job string) bool
-	// SetMaxJobs applies the app's max_jobs.
+	// SetMaxJobs applies the app's max_jobs as the app sent it; Jobs decides what 0 means
+	// (its own limit, RTE_MAX_JOBS).
 	SetMaxJobs(n int)
+	// DefaultMaxJobs is the limit when the app sets none (RTE_MAX_JOBS): hello carries it.
+	DefaultMaxJobs() int
 	Capacity() protocol.Capacity
 	Running() []string
 	// Changed is signalled whenever Capacity would answer differently.
@@ -56,9 +59,7 @@ type Config struct {
 	// token_fingerprint, ansible_version. The Manager fills protocol, max_jobs, running and
 	// spooled for each socket.
 	Hello protocol.Hello
-	// Jobs runs playbooks; nil (tests): every job.start is refused "invalid". The max_jobs its
-	// Capacity reports when NewManager runs is taken as RTE_MAX_JOBS: hello carries it, and a
-	// welcome or settings with max_jobs 0 ("use RTE_MAX_JOBS") restores it.
+	// Jobs runs playbooks; nil (tests): every job.start is refused "invalid".
 	Jobs Jobs
 	// Outbox is the spool; nil: nothing is sent and acks are answered "unexpected".
 	Outbox Outbox
@@ -101,9 +102,6 @@ type Manager struct {
 	cfg Config
 	log *zap.Logger
 	met *metrics
-	// defaultMax is RTE_MAX_JOBS as Jobs reported it at construction: a welcome or settings
-	// with max_jobs 0 means "use RTE_MAX_JOBS" and restores it.
-	defaultMax int
 
 	incoming chan incoming // Accept -> Run
 	bundles  transfers     // bundles jobs wait for (bundles.go)
@@ -141,9 +139,6 @@ func NewManager(cfg Config) *Manager {
 		log:      cfg.Logger.Named("session"),
 		met:      newMetrics(cfg.Registry),
 		incoming: make(chan incoming, pendingSockets),
-	}
-	if cfg.Jobs != nil {
-		m.defaultMax = cfg.Jobs.Capacity().MaxJobs
 	}
 	return m
 }

@@ -277,7 +277,7 @@ func (s *session) handle(ctx context.Context, msg protocol.Message) (stop bool) 
 			s.unexpected(ctx, "", "settings: this RTE runs no jobs")
 			return false
 		}
-		s.setMaxJobs(m.MaxJobs)
+		s.m.cfg.Jobs.SetMaxJobs(m.MaxJobs)
 	case *protocol.Error:
 		s.log.Warn("the app reported an error", zap.String("code", protocol.PeerText(m.Code, 64)),
 			zap.String("message", protocol.PeerText(m.Message, maxPeerText)), zap.String("ref", protocol.PeerText(m.Ref, 128)))
@@ -316,7 +316,7 @@ func (s *session) onWelcome(ctx context.Context, w *protocol.Welcome) (stop bool
 		}
 	}
 	if s.m.cfg.Jobs != nil {
-		s.setMaxJobs(w.MaxJobs)
+		s.m.cfg.Jobs.SetMaxJobs(w.MaxJobs)
 	}
 	s.approved.Store(w.Approved)
 	s.isWelcomed.Store(true)
@@ -333,14 +333,6 @@ func (s *session) ack(job string, seq int64) {
 		return
 	}
 	s.m.met.acks.Inc()
-}
-
-// setMaxJobs applies the app's max_jobs; 0 means "use RTE_MAX_JOBS" and restores it.
-func (s *session) setMaxJobs(n int) {
-	if n == 0 {
-		n = s.m.defaultMax
-	}
-	s.m.cfg.Jobs.SetMaxJobs(n)
 }
 
 func (s *session) jobStart(ctx context.Context, js *protocol.JobStart) {
@@ -395,7 +387,7 @@ func (m *Manager) hello() protocol.Hello {
 	if m.cfg.Jobs != nil {
 		// RTE_MAX_JOBS (docs/protocol.md, hello), not a limit the app set on an earlier socket:
 		// the app's welcome says which applies.
-		h.MaxJobs = m.defaultMax
+		h.MaxJobs = m.cfg.Jobs.DefaultMaxJobs()
 		if r := m.cfg.Jobs.Running(); r != nil {
 			h.Running = r
 		}

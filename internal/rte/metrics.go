@@ -1,4 +1,4 @@
-package main
+package rte
 
 import (
 	"crypto/x509"
@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rte-project/rte/cache"
+	"github.com/rte-project/rte/jobs"
 	"github.com/rte-project/rte/jobs/spool"
 	"github.com/rte-project/rte/protocol"
 	"github.com/rte-project/rte/server/session"
@@ -209,4 +210,28 @@ func registerCertificateExpiry(reg prometheus.Registerer, leaf *x509.Certificate
 	})
 	g.Set(float64(leaf.NotAfter.Unix()))
 	reg.MustRegister(g)
+}
+
+// recorder gives the jobs package the spool's two-step append, and shows the metrics each
+// job's start and end.
+type recorder struct {
+	*spool.Spool
+	met *jobMetrics
+}
+
+func (r recorder) Append(job, kind string, data json.RawMessage) (protocol.Record, error) {
+	rec, err := r.Spool.Append(job, kind, data)
+	if err == nil {
+		r.met.record(job, kind, data)
+	}
+	return rec, err
+}
+
+func (r recorder) AppendAsync(job, kind string, data json.RawMessage) (jobs.Commit, error) {
+	c, err := r.Spool.AppendAsync(job, kind, data)
+	if err != nil {
+		return nil, err
+	}
+	r.met.record(job, kind, data)
+	return c, nil
 }

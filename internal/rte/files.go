@@ -1,4 +1,4 @@
-package main
+package rte
 
 import (
 	"context"
@@ -37,7 +37,7 @@ func newFileSource(s *config.Settings, logger *zap.Logger) (*fileSource, error) 
 	c, err := cache.Open(cache.Config{
 		Dir:        s.CachePath,
 		MaxBytes:   s.CacheBytes(),
-		Owner:      cache.NewOwner(hostname()),
+		Owner:      cache.NewOwner(Hostname()),
 		Logger:     logger,
 		StaleAfter: s.CacheStaleAfter,
 	})

@@ -1,4 +1,4 @@
-package main
+package rte
 
 import (
 	"archive/tar"

@@ -1,13 +1,11 @@
-package main
+package rte
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -88,41 +86,4 @@ func prepareWorkPath(s *config.Settings) (jobsDir, pluginDir string, err error) 
 		return "", "", fmt.Errorf("install the af_events callback plugin: %w", err)
 	}
 	return jobsDir, pluginDir, nil
-}
-
-// ansibleVersion asks ansible-playbook for its version for the hello; an RTE without ansible
-// still serves (the app shows the empty version), but says so loudly.
-func ansibleVersion(logger *zap.Logger) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	v, err := jobs.AnsibleVersion(ctx, jobs.DefaultAnsiblePlaybook)
-	if err != nil {
-		logger.Error("ansible-playbook is not usable; jobs will fail until it is installed", zap.Error(err))
-		return ""
-	}
-	return v
-}
-
-// recorder gives the jobs package the spool's two-step append, and shows the metrics each
-// job's start and end.
-type recorder struct {
-	*spool.Spool
-	met *jobMetrics
-}
-
-func (r recorder) Append(job, kind string, data json.RawMessage) (protocol.Record, error) {
-	rec, err := r.Spool.Append(job, kind, data)
-	if err == nil {
-		r.met.record(job, kind, data)
-	}
-	return rec, err
-}
-
-func (r recorder) AppendAsync(job, kind string, data json.RawMessage) (jobs.Commit, error) {
-	c, err := r.Spool.AppendAsync(job, kind, data)
-	if err != nil {
-		return nil, err
-	}
-	r.met.record(job, kind, data)
-	return c, nil
 }
