@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -146,6 +147,9 @@ type job struct {
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
 	done    chan struct{} // closed once the end is recorded and the directory removed
+	// ended is set just before the end record is appended: from then on the job no longer
+	// runs here, so Cancel says so even while the goroutine is still forgetting it.
+	ended atomic.Bool
 }
 
 // New checks cfg, fills in defaults, makes WorkDir and finds the ansible-playbook binary.
@@ -360,7 +364,7 @@ func (m *Manager) Cancel(job string) bool {
 	m.mu.Lock()
 	j := m.jobs[job]
 	m.mu.Unlock()
-	if j == nil {
+	if j == nil || j.ended.Load() {
 		return false
 	}
 	j.cancel(errCanceled)

@@ -85,6 +85,7 @@ func (r *runner) execute() {
 	if err := r.m.ran.add(r.j.id); err != nil {
 		r.log.Error("could not write down that the job ran; a replayed job.start for it is refused only until the RTE restarts", zap.Error(err))
 	}
+	r.j.ended.Store(true)
 	r.appendEnd(end)
 }
 
