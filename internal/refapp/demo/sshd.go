@@ -106,7 +106,7 @@ func startSSHD(ctx context.Context, dir, home string) (*sshHost, error) {
 		"PermitRootLogin prohibit-password",
 		"UsePAM no",
 		// The key files sit in a temporary directory under /tmp, which is world-writable;
-		// StrictModes would api.Refuse them for that. Only this demo's key is authorized.
+		// StrictModes would refuse them for that. Only this demo's key is authorized.
 		"StrictModes no",
 		"Subsystem sftp internal-sftp",
 		"LogLevel INFO",

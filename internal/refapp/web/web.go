@@ -24,7 +24,7 @@ import (
 // cancel), served by rte-app itself from templates and assets embedded in the binary. It signs
 // in with APP_ADMIN_TOKEN and then works on a server-side session (websession.go); every POST
 // carries the session's CSRF token. It decides nothing itself: approval, dispatch and storage
-// go through the same code as the admin API (api.go), so the page and the API api.Refuse the same
+// go through the same code as the admin API (package api), so the page and the API refuse the same
 // things with the same words. docs/admin-page.md describes it.
 
 //go:embed templates static
