@@ -2,203 +2,17 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/rte-project/rte/app"
-	"github.com/rte-project/rte/protocol"
+	"github.com/rte-project/rte/internal/refapp/cli"
+	"github.com/rte-project/rte/internal/refapp/refapptest"
 )
 
-// storeRun stores a whole run of job as a runner would send it: start, output, the events of
-// the captured example run in two batches, and an end with status.
-func storeRun(t *testing.T, ta *testApp, job, status string) {
-	t.Helper()
-	events := readEvents(t, "testdata/site.events.jsonl")
-	half := len(events) / 2
-	exitCode := 0
-	if status != protocol.StatusSuccess {
-		exitCode = 2
-	}
-	ta.storeRecords(t, job,
-		record(t, 1, protocol.KindStart, protocol.StartData{PID: 4242, Instance: "rte-host", Playbook: "site.yml"}),
-		record(t, 2, protocol.KindOutput, protocol.OutputData{Text: "PLAY [Demo play] ****\n"}),
-		record(t, 3, protocol.KindEvents, protocol.EventsData{Events: events[:half]}),
-		record(t, 4, protocol.KindLog, protocol.LogData{Level: protocol.LevelWarn, Message: "a word from the rte"}),
-		record(t, 5, protocol.KindEvents, protocol.EventsData{Events: events[half:]}),
-		record(t, 6, protocol.KindOutput, protocol.OutputData{Text: "PLAY RECAP ****\n"}),
-		record(t, 7, protocol.KindEnd, protocol.EndData{Status: status, ExitCode: exitCode, Message: "the end"}),
-	)
-}
-
-func TestRunNoFollowThenFollow(t *testing.T) {
-	ta := startTestApp(t)
-	code, stdout, stderr := ta.runCLI(t, "run", "--runner", "r1", "--playbook", "site.yml", "--inventory", "hosts.yml",
-		"--inventory", "more.yml", "--extra-vars", `{"x": 1}`, "--tags", "a,b", "--check", "--env", "K=v=w", "--no-follow")
-	if code != exitOK {
-		t.Fatalf("run --no-follow: exit %d, stderr %s; want 0", code, stderr)
-	}
-	id := strings.TrimSpace(stdout)
-	j, err := ta.App.GetJob(context.Background(), id)
-	if err != nil {
-		t.Fatalf("run --no-follow printed %q, not a job id: %v", stdout, err)
-	}
-	s := j.Start
-	if s.Playbook != "site.yml" || strings.Join(s.Inventories, ",") != "hosts.yml,more.yml" || string(s.Extravars) != `{"x":1}` ||
-		strings.Join(s.Tags, ",") != "a,b" || !s.Check || s.Env["K"] != "v=w" || s.TimeoutS != 3600 {
-		t.Errorf("job.start = %+v, want the flags' values and the default timeout of 3600 s", s)
-	}
-
-	storeRun(t, ta, id, protocol.StatusSuccess)
-	code, stdout, stderr = ta.runCLI(t, "follow", id)
-	if code != exitOK {
-		t.Fatalf("follow: exit %d, stderr %s; want 0", code, stderr)
-	}
-	for _, want := range []string{"PLAY [Demo play] ****\nPLAY RECAP ****\n", "Hosts and tasks", "TASK Name each colour", "RECAP", "job " + id + " on r1: success: the end"} {
-		if !strings.Contains(stdout, want) {
-			t.Errorf("follow's output lacks %q:\n%s", want, stdout)
-		}
-	}
-	for _, want := range []string{"rte: site.yml started on rte-host (pid 4242)", "rte warn: a word from the rte"} {
-		if !strings.Contains(stderr, want) {
-			t.Errorf("follow's notes lack %q:\n%s", want, stderr)
-		}
-	}
-}
-
-func TestFollowExitStatuses(t *testing.T) {
-	ta := startTestApp(t)
-	for _, tc := range []struct {
-		status string
-		code   int
-	}{
-		{protocol.StatusSuccess, exitOK},
-		{protocol.StatusFailed, exitFailed},
-		{protocol.StatusCanceled, exitNotEnded},
-		{protocol.StatusTimeout, exitNotEnded},
-		{protocol.StatusAbandoned, exitNotEnded},
-		{protocol.StatusError, exitNotEnded},
-	} {
-		j := ta.submit(t, `{"runner":"r1","playbook":"site.yml"}`)
-		storeRun(t, ta, j.ID, tc.status)
-		code, stdout, stderr := ta.runCLI(t, "follow", j.ID)
-		if code != tc.code || !strings.Contains(stdout, ": "+tc.status) {
-			t.Errorf("follow a job that ended %s: exit %d, want %d\nstdout %s\nstderr %s", tc.status, code, tc.code, stdout, stderr)
-		}
-	}
-}
-
-// TestRunInterruptCancelsTheJob follows a job that stays queued; an interrupt cancels it, the
-// stream ends with it canceled, and the exit status says so.
-func TestRunInterruptCancelsTheJob(t *testing.T) {
-	ta := startTestApp(t)
-	ctx, interrupt := context.WithCancel(context.Background())
-	defer interrupt()
-	var stdout, stderr syncBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"run", "--runner", "r1", "--playbook", "site.yml"},
-			[]string{"APP_ADMIN_TOKEN=" + testAdminToken, "APP_URL=" + ta.URL}, &stdout, &stderr)
-	}()
-	deadline := time.After(30 * time.Second)
-	for !strings.Contains(stderr.String(), "queued on runner r1") {
-		select {
-		case code := <-done:
-			t.Fatalf("run ended early with %d: %s", code, stderr.String())
-		case <-deadline:
-			t.Fatalf("run never said the job was queued: %s", stderr.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	interrupt()
-	select {
-	case code := <-done:
-		if code != exitNotEnded || !strings.Contains(stdout.String(), ": canceled") || !strings.Contains(stderr.String(), "interrupted: canceling job") {
-			t.Errorf("interrupted run: exit %d, want %d with the job canceled\nstdout %s\nstderr %s", code, exitNotEnded, stdout.String(), stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("run did not end after the interrupt: %s", stderr.String())
-	}
-	jobs, err := ta.App.ListJobs(context.Background(), app.JobFilter{})
-	if err != nil || len(jobs) != 1 || jobs[0].Status != protocol.StatusCanceled {
-		t.Errorf("jobs after the interrupt = %+v (%v), want one, canceled", jobs, err)
-	}
-}
-
-func TestRunSendsSecretsFromFiles(t *testing.T) {
-	ta := startTestApp(t)
-	dir := t.TempDir()
-	vault := filepath.Join(dir, "vault")
-	if err := os.WriteFile(vault, []byte("vault-secret-must-not-leak\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	code, stdout, stderr := ta.runCLI(t, "run", "--runner", "r1", "--playbook", "site.yml", "--vault-password-file", vault, "--no-follow")
-	if code != exitOK {
-		t.Fatalf("run: exit %d, stderr %s", code, stderr)
-	}
-	j, err := ta.App.GetJob(context.Background(), strings.TrimSpace(stdout))
-	if err != nil || strings.Join(j.SecretNames, ",") != "vault_password" {
-		t.Errorf("job = %+v (%v), want it to carry vault_password", j, err)
-	}
-	if strings.Contains(ta.Logs.String(), "vault-secret") || strings.Contains(stderr, "warning") {
-		t.Errorf("the secret reached the log, or a loopback app got a plain-http warning:\nlog %s\nstderr %s", ta.Logs.String(), stderr)
-	}
-}
-
-func TestRunnersAndJobsCommands(t *testing.T) {
-	ta := startTestApp(t)
-	code, stdout, stderr := ta.runCLI(t, "runners")
-	if code != exitOK || !strings.Contains(stdout, "r1") || !strings.Contains(stdout, protocol.TokenFingerprint(testRunnerToken)) {
-		t.Errorf("runners: exit %d, want 0 and a row for r1 with its token fingerprint\nstdout %s\nstderr %s", code, stdout, stderr)
-	}
-	code, stdout, _ = ta.runCLI(t, "runners", "--json")
-	var list runnersResponse
-	if code != exitOK || json.Unmarshal([]byte(stdout), &list) != nil || len(list.Runners) != 1 {
-		t.Errorf("runners --json: exit %d, want the JSON list: %s", code, stdout)
-	}
-	j := ta.submit(t, `{"runner":"r1","playbook":"deploy.yml"}`)
-	code, stdout, _ = ta.runCLI(t, "jobs", "--runner", "r1")
-	if code != exitOK || !strings.Contains(stdout, j.ID) || !strings.Contains(stdout, "deploy.yml") {
-		t.Errorf("jobs: exit %d, want a row for %s:\n%s", code, j.ID, stdout)
-	}
-	code, stdout, _ = ta.runCLI(t, "cancel", j.ID)
-	if code != exitOK || !strings.Contains(stdout, "canceled") {
-		t.Errorf("cancel: exit %d: %s", code, stdout)
-	}
-	code, _, stderr = ta.runCLI(t, "cancel", j.ID)
-	if code != exitTrouble || !strings.Contains(stderr, "409") {
-		t.Errorf("cancel an ended job: exit %d, want %d with the app's 409: %s", code, exitTrouble, stderr)
-	}
-	code, _, stderr = ta.runCLI(t, "approve", "r1", "--fingerprint", "abcd-ef12")
-	if code != exitTrouble || !strings.Contains(stderr, "no certificate waiting") {
-		t.Errorf("approve with a fingerprint nothing matches: exit %d, want %d: %s", code, exitTrouble, stderr)
-	}
-	code, _, stderr = ta.runCLI(t, "approve", "r1", "--sha256", "0000000000000000000000000000000000000000000000000000000000000000")
-	if code != exitTrouble || !strings.Contains(stderr, "no certificate is waiting") {
-		t.Errorf("approve with a SHA-256 nothing matches: exit %d, want %d: %s", code, exitTrouble, stderr)
-	}
-	code, stdout, stderr = ta.runCLI(t, "clear-waiting", "--reason", "test")
-	if code != exitOK || !strings.Contains(stdout, "no registration request was waiting") {
-		t.Errorf("clear-waiting with nothing waiting: exit %d: %s %s", code, stdout, stderr)
-	}
-	if r := runnerNamed(t, ta, "r1"); r.State != app.StateApproved {
-		t.Errorf("clear-waiting touched approved runner r1: %s", r.State)
-	}
-	code, stdout, stderr = ta.runCLI(t, "reject", "--reason", "test", "r1")
-	if code != exitOK || !strings.Contains(stdout, "rejected runner r1") {
-		t.Errorf("reject: exit %d: %s %s", code, stdout, stderr)
-	}
-	code, stdout, _ = ta.runCLI(t, "runners")
-	if code != exitOK || !strings.Contains(stdout, "no runners") {
-		t.Errorf("runners after the reject: exit %d: %s", code, stdout)
-	}
-}
-
 func TestCommandLineRefusals(t *testing.T) {
-	ta := startTestApp(t)
+	ta := refapptest.StartApp(t)
 	empty := filepath.Join(t.TempDir(), "empty")
 	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -210,32 +24,32 @@ func TestCommandLineRefusals(t *testing.T) {
 		code int
 		want string
 	}{
-		{"no command", nil, nil, exitUsage, "usage: rte-app"},
-		{"unknown command", []string{"frobnicate"}, nil, exitUsage, `unknown command "frobnicate"`},
-		{"run without runner and playbook", []string{"run"}, nil, exitUsage, "--runner NAME and --playbook FILE required"},
-		{"run without playbook", []string{"run", "--runner", "r1"}, nil, exitUsage, "--playbook FILE required"},
-		{"run with a stray argument", []string{"run", "--runner", "r1", "--playbook", "a.yml", "extra"}, nil, exitUsage, "takes no arguments"},
-		{"extra vars not an object", []string{"run", "--runner", "r1", "--playbook", "a.yml", "--extra-vars", "[1]"}, nil, exitUsage, "--extra-vars: want a JSON object"},
-		{"extra vars file missing", []string{"run", "--runner", "r1", "--playbook", "a.yml", "--extra-vars", "@/nonexistent"}, nil, exitUsage, "--extra-vars: open /nonexistent"},
-		{"env without value", []string{"run", "--runner", "r1", "--playbook", "a.yml", "--env", "K"}, nil, exitUsage, `--env "K": want NAME=VALUE`},
-		{"empty password file", []string{"run", "--runner", "r1", "--playbook", "a.yml", "--vault-password-file", empty}, nil, exitUsage, "is empty"},
-		{"unknown flag", []string{"run", "--frob"}, nil, exitUsage, "flag provided but not defined: -frob"},
-		{"approve without name", []string{"approve"}, nil, exitUsage, "want one runner NAME argument"},
-		{"follow two jobs", []string{"follow", "a", "b"}, nil, exitUsage, "want one JOB argument, got 2"},
-		{"no admin token", []string{"runners"}, []string{"APP_URL=" + ta.URL}, exitUsage, "APP_ADMIN_TOKEN is not set"},
-		{"bad app url", []string{"runners", "--app", "ftp://x"}, []string{"APP_ADMIN_TOKEN=" + testAdminToken}, exitUsage, `--app "ftp://x" is not an http://`},
-		{"wrong admin token", []string{"runners"}, []string{"APP_URL=" + ta.URL, "APP_ADMIN_TOKEN=wrong-token-0123456789"}, exitTrouble, "401 Unauthorized: wrong admin token"},
-		{"app not running", []string{"runners", "--app", "http://127.0.0.1:1"}, []string{"APP_ADMIN_TOKEN=" + testAdminToken}, exitTrouble, "is the app running at http://127.0.0.1:1?"},
-		{"unknown job", []string{"follow", "nope"}, nil, exitTrouble, `no job "nope"`},
-		{"unknown runner", []string{"run", "--runner", "nope", "--playbook", "a.yml"}, nil, exitTrouble, `runner: no runner named "nope"`},
+		{"no command", nil, nil, cli.ExitUsage, "usage: rte-app"},
+		{"unknown command", []string{"frobnicate"}, nil, cli.ExitUsage, `unknown command "frobnicate"`},
+		{"run without runner and playbook", []string{"run"}, nil, cli.ExitUsage, "--runner NAME and --playbook FILE required"},
+		{"run without playbook", []string{"run", "--runner", "r1"}, nil, cli.ExitUsage, "--playbook FILE required"},
+		{"run with a stray argument", []string{"run", "--runner", "r1", "--playbook", "a.yml", "extra"}, nil, cli.ExitUsage, "takes no arguments"},
+		{"extra vars not an object", []string{"run", "--runner", "r1", "--playbook", "a.yml", "--extra-vars", "[1]"}, nil, cli.ExitUsage, "--extra-vars: want a JSON object"},
+		{"extra vars file missing", []string{"run", "--runner", "r1", "--playbook", "a.yml", "--extra-vars", "@/nonexistent"}, nil, cli.ExitUsage, "--extra-vars: open /nonexistent"},
+		{"env without value", []string{"run", "--runner", "r1", "--playbook", "a.yml", "--env", "K"}, nil, cli.ExitUsage, `--env "K": want NAME=VALUE`},
+		{"empty password file", []string{"run", "--runner", "r1", "--playbook", "a.yml", "--vault-password-file", empty}, nil, cli.ExitUsage, "is empty"},
+		{"unknown flag", []string{"run", "--frob"}, nil, cli.ExitUsage, "flag provided but not defined: -frob"},
+		{"approve without name", []string{"approve"}, nil, cli.ExitUsage, "want one runner NAME argument"},
+		{"follow two jobs", []string{"follow", "a", "b"}, nil, cli.ExitUsage, "want one JOB argument, got 2"},
+		{"no admin token", []string{"runners"}, []string{"APP_URL=" + ta.URL}, cli.ExitUsage, "APP_ADMIN_TOKEN is not set"},
+		{"bad app url", []string{"runners", "--app", "ftp://x"}, []string{"APP_ADMIN_TOKEN=" + refapptest.AdminToken}, cli.ExitUsage, `--app "ftp://x" is not an http://`},
+		{"wrong admin token", []string{"runners"}, []string{"APP_URL=" + ta.URL, "APP_ADMIN_TOKEN=wrong-token-0123456789"}, cli.ExitTrouble, "401 Unauthorized: wrong admin token"},
+		{"app not running", []string{"runners", "--app", "http://127.0.0.1:1"}, []string{"APP_ADMIN_TOKEN=" + refapptest.AdminToken}, cli.ExitTrouble, "is the app running at http://127.0.0.1:1?"},
+		{"unknown job", []string{"follow", "nope"}, nil, cli.ExitTrouble, `no job "nope"`},
+		{"unknown runner", []string{"run", "--runner", "nope", "--playbook", "a.yml"}, nil, cli.ExitTrouble, `runner: no runner named "nope"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			env := tc.env
 			if env == nil {
-				env = []string{"APP_ADMIN_TOKEN=" + testAdminToken, "APP_URL=" + ta.URL}
+				env = []string{"APP_ADMIN_TOKEN=" + refapptest.AdminToken, "APP_URL=" + ta.URL}
 			}
-			var stdout, stderr syncBuffer
+			var stdout, stderr refapptest.SyncBuffer
 			code := run(context.Background(), tc.args, env, &stdout, &stderr)
 			if code != tc.code || !strings.Contains(stderr.String(), tc.want) {
 				t.Errorf("rte-app %q: exit %d, want %d with %q in:\n%s", tc.args, code, tc.code, tc.want, stderr.String())

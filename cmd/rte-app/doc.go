@@ -5,9 +5,9 @@
 //	rte-app runners    and the other CLI commands: talk to a running app over its admin API
 //	rte-app demo       the app, a real RTE and a real playbook on one machine
 //
-// It owns wiring and presentation only: registration, approval, pinned dialling, dispatch and
-// exactly-once storage are package app's, and this command never decides any of them. Its admin
-// page (web*.go, templates and assets embedded from web/) is a thin layer over the same
-// handlers as the admin API. docs/reference-app.md describes the API and the CLI,
+// It only wires: it dispatches the subcommand, reads the settings (internal/refapp/settings),
+// builds the logger (internal/logging) and runs the packages under internal/refapp (server,
+// api, web, cli, demo). Registration, approval, pinned dialling, dispatch and exactly-once
+// storage are package app's. docs/reference-app.md describes the API and the CLI,
 // docs/admin-page.md the page.
 package main

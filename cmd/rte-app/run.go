@@ -6,6 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+
+	"github.com/rte-project/rte/internal/config"
+	"github.com/rte-project/rte/internal/logging"
+	"github.com/rte-project/rte/internal/refapp/cli"
+	"github.com/rte-project/rte/internal/refapp/demo"
+	"github.com/rte-project/rte/internal/refapp/server"
+	"github.com/rte-project/rte/internal/refapp/settings"
+	"go.uber.org/zap"
 )
 
 const usage = `rte-app is the RTE project's reference app: the demo, the peer of the end-to-end tests and
@@ -51,29 +59,63 @@ docs/reference-app.md has the details.
 func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		return exitUsage
+		return cli.ExitUsage
 	}
 	cmd, args := args[0], args[1:]
 	switch cmd {
 	case "serve":
 		return serve(ctx, args, environ, stdout, stderr)
 	case "runners", "approve", "reject", "clear-waiting", "run", "follow", "jobs", "cancel", "check":
-		return cli(ctx, cmd, args, environ, stdout, stderr)
+		return cli.Run(ctx, cmd, args, environ, stdout, stderr)
 	case "demo":
-		return demo(ctx, args, environ, stdout, stderr)
+		return demo.Run(ctx, args, environ, stdout, stderr)
 	case "help", "--help", "-h":
-		if err := noArgs(newFlagSet("help", stdout, stderr), args); err != nil {
+		if err := cli.NoArgs(cli.NewFlagSet("help", stdout, stderr), args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				return exitOK
+				return cli.ExitOK
 			}
-			return exitUsage
+			return cli.ExitUsage
 		}
 		fmt.Fprint(stdout, usage)
-		return exitOK
+		return cli.ExitOK
 	default:
-		fmt.Fprintf(stderr, "rte-app: unknown command %s\n\n%s", quote(cmd), usage)
-		return exitUsage
+		fmt.Fprintf(stderr, "rte-app: unknown command %s\n\n%s", config.Quote(cmd), usage)
+		return cli.ExitUsage
 	}
 }
 
-// newLogger builds the one logger of the process: JSON lines for machines, or console text.
+// serve is `rte-app serve`: it takes no arguments, reads and checks the settings, builds the
+// logger and runs the app (package server) until ctx ends.
+func serve(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
+	if err := cli.NoArgs(cli.NewFlagSet("serve", stdout, stderr), args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return cli.ExitOK
+		}
+		return cli.ExitUsage // NoArgs printed why and the usage
+	}
+	s, err := settings.Load(environ, settings.Hostname())
+	if err != nil {
+		var problems *config.Problems
+		if errors.As(err, &problems) {
+			fmt.Fprintf(stderr, "rte-app serve: the settings have %d problem(s); nothing was started:\n", len(problems.List))
+			for _, p := range problems.List {
+				fmt.Fprintf(stderr, "  - %s\n", p)
+			}
+		} else {
+			fmt.Fprintf(stderr, "rte-app serve: %v\n", err)
+		}
+		return cli.ExitUsage
+	}
+	logger, err := logging.New(s.LogLevel, s.LogFormat, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "rte-app serve: logger: %v\n", err)
+		return cli.ExitUsage
+	}
+	defer func() { _ = logger.Sync() }()
+	if err := server.Run(ctx, s, logger); err != nil {
+		logger.Error("rte-app stopped", zap.Error(err))
+		return cli.ExitTrouble
+	}
+	logger.Info("rte-app stopped")
+	return cli.ExitOK
+}

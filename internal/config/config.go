@@ -152,7 +152,7 @@ func Load(environ []string, hostname string) (*Settings, error) {
 				s.written = map[string]string{}
 			}
 			s.written[f.Var] = vars[f.Var]
-			p.add(f.Var, "%v; the default is %s", pe.Err, f.Default)
+			p.Add(f.Var, "%v; the default is %s", pe.Err, f.Default)
 		}
 	}
 
@@ -256,7 +256,7 @@ var parsers = map[reflect.Type]env.ParserFunc{
 	reflect.TypeFor[time.Duration](): func(v string) (any, error) {
 		d, err := time.ParseDuration(v)
 		if err != nil {
-			return nil, fmt.Errorf("%s is not a duration: write a number with a unit, such as 15s, 2m or 1m30s", quote(v))
+			return nil, fmt.Errorf("%s is not a duration: write a number with a unit, such as 15s, 2m or 1m30s", Quote(v))
 		}
 		return d, nil
 	},
@@ -270,16 +270,16 @@ func parseSwitch(v string) (any, error) {
 	case "0", "false":
 		return false, nil
 	}
-	return nil, fmt.Errorf("%s is not a switch: write 1 for on or 0 for off (true and false work too)", quote(v))
+	return nil, fmt.Errorf("%s is not a switch: write 1 for on or 0 for off (true and false work too)", Quote(v))
 }
 
 func parseWhole(v string, bits int) (int64, error) {
 	n, err := strconv.ParseInt(v, 10, bits)
 	if errors.Is(err, strconv.ErrRange) {
-		return 0, fmt.Errorf("%s is too large", quote(v))
+		return 0, fmt.Errorf("%s is too large", Quote(v))
 	}
 	if err != nil {
-		return 0, fmt.Errorf("%s is not a whole number: write digits only", quote(v))
+		return 0, fmt.Errorf("%s is not a whole number: write digits only", Quote(v))
 	}
 	return n, nil
 }

@@ -44,13 +44,16 @@ func (p *Problems) Error() string {
 	return strings.Join(lines, "\n")
 }
 
-func (p *Problems) add(variable, format string, args ...any) {
+// Add records that variable is bad; the message is format and args, one line, with no secret
+// value in it. The reference app's settings (internal/refapp/settings) list their problems here
+// too, so both programs refuse a start in the same words and shape.
+func (p *Problems) Add(variable, format string, args ...any) {
 	p.List = append(p.List, Problem{Var: variable, Message: fmt.Sprintf(format, args...)})
 }
 
-// quote shows an operator's value inside a message: quoted, so that stray spaces and
+// Quote shows an operator's value inside a message: quoted, so that stray spaces and
 // carriage returns are visible, and bounded, so that one huge value does not drown the rest.
-func quote(v string) string {
+func Quote(v string) string {
 	const max = 64
 	if len(v) > max {
 		v = v[:max] + "..."

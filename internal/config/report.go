@@ -113,7 +113,7 @@ func (s *Settings) Effective() []Setting {
 			panic("config: Effective cannot show " + f.Name + ": add its type here")
 		}
 		if raw, ok := s.written[f.Var]; ok && !st.Secret {
-			st.Value = quote(raw) + " (refused: see the problem below)"
+			st.Value = Quote(raw) + " (refused: see the problem below)"
 		}
 		if from := s.source(f.Var); from != f.Var {
 			st.Value += " (from " + from + ")"
