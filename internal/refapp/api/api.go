@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"regexp"
 	"strings"
 	"time"
 
@@ -224,48 +223,36 @@ func (h *API) writeFailure(w http.ResponseWriter, what string, err error) {
 	h.internal(w, what, err)
 }
 
-// ApproveRunner approves the named runner and returns it as stored afterwards. With a
-// fingerprint, the approval goes through only if that is the certificate waiting, so what is
-// approved is what the admin compared: sha256 (the full one) binds it exactly; a short
-// fingerprint is checked, and the approval is then bound to the full SHA-256 of the
-// certificate that matched, so nothing can be swapped in between. Refusals are *Refusal.
+// ApproveRunner approves the named runner if the certificate waiting is the one given: sha256
+// (the full one) binds it exactly; a short fingerprint is checked, and the approval is then
+// bound to the full SHA-256 of the certificate that matched. app.ApproveShown compares and
+// approves under one lock, so nothing can be swapped in between. Refusals are *Refusal.
 func (h *API) ApproveRunner(ctx context.Context, name, fingerprint, sha256 string) (*app.Runner, error) {
-	runner, err := h.LookupRunner(ctx, name)
+	shown := app.Shown{CertificateFingerprint: strings.TrimSpace(fingerprint), CertificateSHA256: strings.TrimSpace(sha256)}
+	runner, err := h.app.ApproveShown(ctx, name, shown)
 	if err != nil {
-		return nil, err
+		return nil, ApproveRefusal(name, err)
 	}
-	bind := strings.TrimSpace(sha256)
-	if want := strings.TrimSpace(fingerprint); want != "" {
-		got := ""
-		if runner.PendingCertificate != nil {
-			got = protocol.CertificateFingerprint(runner.PendingCertificate)
-		}
-		switch {
-		case got == "":
-			return nil, Refuse(http.StatusConflict, "runner %q has no certificate waiting for approval, so certificate_fingerprint %s cannot match", name, config.Quote(want))
-		case !strings.EqualFold(got, want):
-			return nil, Refuse(http.StatusConflict, "certificate_fingerprint: the certificate waiting for runner %q is %s, not %s: compare again with the RTE's log before approving", name, got, config.Quote(want))
-		}
-		if bind == "" {
-			bind = protocol.CertificateSHA256(runner.PendingCertificate)
-		}
+	return runner, nil
+}
+
+// ApproveRefusal turns what app.ApproveShown refused into a *Refusal naming the field.
+func ApproveRefusal(name string, err error) error {
+	var ch *app.ChangedError
+	switch {
+	case errors.As(err, &ch) && ch.Field == "certificate_fingerprint" && ch.Now.PendingCertificate == nil:
+		return Refuse(http.StatusConflict, "runner %q has no certificate waiting for approval, so certificate_fingerprint %s cannot match", name, config.Quote(ch.Shown))
+	case errors.As(err, &ch) && ch.Field == "certificate_fingerprint":
+		return Refuse(http.StatusConflict, "certificate_fingerprint: the certificate waiting for runner %q is %s, not %s: compare again with the RTE's log before approving",
+			name, protocol.CertificateFingerprint(ch.Now.PendingCertificate), config.Quote(ch.Shown))
+	case errors.Is(err, app.ErrCertificateChanged):
+		return Refuse(http.StatusConflict, "certificate_sha256: %v", err)
+	case errors.Is(err, app.ErrNotFound):
+		return Refuse(http.StatusNotFound, "no runner named %s: GET /api/v2/runners lists them", config.Quote(name))
 	}
-	approve := func() error { return h.app.Approve(ctx, name) }
-	if bind != "" {
-		approve = func() error { return h.app.ApproveCertificate(ctx, name, bind) }
-	}
-	if err := approve(); err != nil {
-		if errors.Is(err, app.ErrCertificateChanged) {
-			return nil, Refuse(http.StatusConflict, "certificate_sha256: %v", err)
-		}
-		if errors.Is(err, app.ErrNotFound) {
-			return nil, Refuse(http.StatusNotFound, "no runner named %s (a request waiting longer than the waiting time is dropped)", config.Quote(name))
-		}
-		// Approve refuses an https:// runner without a certificate waiting; anything else is
-		// the store's, and its text says so.
-		return nil, Refuse(http.StatusConflict, "%v", err)
-	}
-	return h.LookupRunner(ctx, name)
+	// Approve refuses an https:// runner without a certificate waiting, and a sha256 that is
+	// not a full one; anything else is the store's, and its text says so.
+	return Refuse(http.StatusConflict, "%v", err)
 }
 
 // clearWaiting rejects every registration request no admin has decided on yet (app.ClearWaiting):
@@ -342,42 +329,27 @@ func (h *API) SubmitJob(ctx context.Context, body JobRequest) (*app.Job, error) 
 	if err != nil {
 		return nil, Refuse(http.StatusBadRequest, "%v", err)
 	}
-	runners, err := h.app.ListRunners(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("list runners: %w", err)
-	}
-	var runner *app.Runner
-	for _, rn := range runners {
-		if rn.Name == req.Runner {
-			runner = rn
-		}
-	}
-	switch {
-	case runner == nil:
-		return nil, Refuse(http.StatusBadRequest, "runner: no runner named %s: GET /api/v2/runners lists them", config.Quote(req.Runner))
-	case runner.State != app.StateApproved:
-		return nil, Refuse(http.StatusConflict, "runner: %s is %s, not approved: approve it first (POST /api/v2/runners/%s/approve)", config.Quote(req.Runner), runner.State, runner.Name)
-	case runner.Files == protocol.FilesTransfer && !h.app.SendsFiles():
-		return nil, Refuse(http.StatusConflict, "runner: %s takes its files from the app (RTE_FILES=transfer), and this app has none to send: set APP_PLAYBOOKS_PATH (and APP_INVENTORY_PATH) on the app, or start the RTE with RTE_FILES=local, ANSIBLE_PATH and REPO_PATH", config.Quote(req.Runner))
-	}
 	job, err := h.app.Submit(ctx, req)
-	if err != nil {
-		var fe *protocol.FieldError
-		switch {
-		case errors.As(err, &fe):
-			return nil, Refuse(http.StatusBadRequest, "%s: %s", fe.Field, fe.Reason)
-		case errors.Is(err, app.ErrNotFound):
-			return nil, Refuse(http.StatusBadRequest, "runner: no runner named %s", config.Quote(req.Runner))
-		case errors.Is(err, app.ErrRefused):
-			return nil, Refuse(http.StatusConflict, "%v", err)
-		}
-		return nil, err
+	var fe *protocol.FieldError
+	var re *app.RefusedError
+	switch {
+	case err == nil:
+		return job, nil
+	case errors.As(err, &fe):
+		return nil, Refuse(http.StatusBadRequest, "%s: %s", fe.Field, fe.Reason)
+	case errors.Is(err, app.ErrInvalidJob):
+		return nil, Refuse(http.StatusBadRequest, "%v", err)
+	case errors.Is(err, app.ErrNotFound):
+		return nil, Refuse(http.StatusBadRequest, "runner: no runner named %s: GET /api/v2/runners lists them", config.Quote(req.Runner))
+	case errors.Is(err, app.ErrNotApproved) && errors.As(err, &re):
+		return nil, Refuse(http.StatusConflict, "runner: %s is %s, not approved: approve it first (POST /api/v2/runners/%s/approve)", config.Quote(req.Runner), re.State, req.Runner)
+	case errors.Is(err, app.ErrNoFiles):
+		return nil, Refuse(http.StatusConflict, "runner: %s takes its files from the app (RTE_FILES=transfer), and this app has none to send: set APP_PLAYBOOKS_PATH (and APP_INVENTORY_PATH) on the app, or start the RTE with RTE_FILES=local, ANSIBLE_PATH and REPO_PATH", config.Quote(req.Runner))
+	case errors.Is(err, app.ErrRefused):
+		return nil, Refuse(http.StatusConflict, "%v", err)
 	}
-	return job, nil
+	return nil, err
 }
-
-// envName is a plain environment variable name, as the RTE accepts them.
-var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // toJobRequest checks the body and turns it into what app.Submit takes. An error names the
 // field and says what is wanted.
@@ -401,19 +373,6 @@ func (b JobRequest) toJobRequest() (app.JobRequest, error) {
 			}
 		}
 	}
-	for k := range b.Env {
-		if !envName.MatchString(k) {
-			return app.JobRequest{}, fmt.Errorf("env: %s is not a variable name ([A-Za-z_][A-Za-z0-9_]*)", config.Quote(k))
-		}
-	}
-	for i, tags := range [][]string{b.Tags, b.SkipTags} {
-		field := [...]string{"tags", "skip_tags"}[i]
-		for j, t := range tags {
-			if strings.TrimSpace(t) == "" || strings.Contains(t, ",") {
-				return app.JobRequest{}, fmt.Errorf("%s[%d]: %s must be one non-empty tag without commas", field, j, config.Quote(t))
-			}
-		}
-	}
 	if b.TimeoutS < 0 || b.TimeoutS > protocol.MaxTimeoutS {
 		return app.JobRequest{}, fmt.Errorf("timeout_s: is %d; give the seconds the playbook may run, at most %d (7 days), or 0 for the runner's default", b.TimeoutS, protocol.MaxTimeoutS)
 	}
@@ -433,17 +392,6 @@ func (b JobRequest) toJobRequest() (app.JobRequest, error) {
 		if len(start.Secrets) == 0 {
 			start.Secrets = nil
 		}
-	}
-	// Validate with a stand-in id: Submit assigns the real one, and the checks of the other
-	// fields (verbosity, forks...) are the protocol's own.
-	check := start
-	check.Job = "check"
-	if err := check.Validate(); err != nil {
-		var fe *protocol.FieldError
-		if errors.As(err, &fe) {
-			return app.JobRequest{}, fmt.Errorf("%s: %s", fe.Field, fe.Reason)
-		}
-		return app.JobRequest{}, err
 	}
 	return app.JobRequest{Runner: b.Runner, JobStart: start}, nil
 }

@@ -95,8 +95,7 @@ func (wb *web) runnerFailure(w http.ResponseWriter, r *http.Request, v visit, na
 // approve approves what the review showed, and only that. The form carries the token
 // fingerprint, the certificate fingerprint ("" for none) and the URL the admin compared; if
 // the runner registered again since, with anything different, nothing is approved and the
-// page shows the new values to compare. The certificate check is repeated by approveRunner,
-// as the API's approve does it.
+// page shows the new values to compare. app.ApproveShown compares and approves under one lock.
 func (wb *web) approve(w http.ResponseWriter, r *http.Request, v visit) {
 	name := r.PathValue("name")
 	rn, err := wb.api.LookupRunner(r.Context(), name)
@@ -109,18 +108,24 @@ func (wb *web) approve(w http.ResponseWriter, r *http.Request, v visit) {
 		http.Redirect(w, r, "/runners/"+url.PathEscape(name), http.StatusSeeOther)
 		return
 	}
-	shownCert := strings.TrimSpace(r.PostFormValue("certificate_fingerprint"))
 	// The page shows the full SHA-256 and posts it back: the approval is bound to that, not
 	// to the 32-bit short fingerprint a ground certificate could match.
-	shownSHA := strings.TrimSpace(r.PostFormValue("certificate_sha256"))
-	if why := changedSince(rn, r.PostFormValue("token_fingerprint"), shownCert, shownSHA, r.PostFormValue("url")); why != "" {
-		wb.showRunner(w, r, v, http.StatusConflict, why+" Nothing was approved: compare the values below with the RTE's log again.")
-		return
+	shown := app.Shown{
+		TokenFingerprint:       r.PostFormValue("token_fingerprint"),
+		URL:                    r.PostFormValue("url"),
+		CertificateFingerprint: strings.TrimSpace(r.PostFormValue("certificate_fingerprint")),
+		CertificateSHA256:      strings.TrimSpace(r.PostFormValue("certificate_sha256")),
+		Complete:               true,
 	}
-	approved, err := wb.api.ApproveRunner(r.Context(), name, shownCert, shownSHA)
+	approved, err := wb.api.App().ApproveShown(r.Context(), name, shown)
 	if err != nil {
+		var ch *app.ChangedError
+		if errors.As(err, &ch) {
+			wb.showRunner(w, r, v, http.StatusConflict, changedSince(ch)+" Nothing was approved: compare the values below with the RTE's log again.")
+			return
+		}
 		var ref *api.Refusal
-		if errors.As(err, &ref) && ref.Status != http.StatusNotFound {
+		if err = api.ApproveRefusal(name, err); errors.As(err, &ref) && ref.Status != http.StatusNotFound {
 			wb.showRunner(w, r, v, ref.Status, sentence(ref.Message))
 			return
 		}
@@ -135,24 +140,19 @@ func (wb *web) approve(w http.ResponseWriter, r *http.Request, v visit) {
 	http.Redirect(w, r, "/runners", http.StatusSeeOther)
 }
 
-// changedSince says what differs between the runner now and what the review showed, or "".
-func changedSince(rn *app.Runner, shownToken, shownCert, shownSHA, shownURL string) string {
-	cert, sha := "", ""
-	if rn.PendingCertificate != nil {
-		cert = protocol.CertificateFingerprint(rn.PendingCertificate)
-		sha = protocol.CertificateSHA256(rn.PendingCertificate)
-	}
+// changedSince says what differs between the runner now and what the review showed.
+func changedSince(ch *app.ChangedError) string {
+	now := ch.Now
 	switch {
-	case !strings.EqualFold(strings.TrimSpace(shownToken), rn.TokenFingerprint):
-		return fmt.Sprintf("The RTE registered again with another token since the page was drawn: its token fingerprint is now %s.", rn.TokenFingerprint)
-	case !strings.EqualFold(shownCert, cert) && cert == "":
+	case ch.Field == "token_fingerprint":
+		return fmt.Sprintf("The RTE registered again with another token since the page was drawn: its token fingerprint is now %s.", now.TokenFingerprint)
+	case ch.Field == "url":
+		return fmt.Sprintf("The RTE registered again with another address since the page was drawn: it is now %s.", now.URL)
+	case now.PendingCertificate == nil:
 		return "The certificate that was shown is no longer waiting for approval."
-	case !strings.EqualFold(shownCert, cert) || (shownSHA != "" && !strings.EqualFold(shownSHA, sha)):
-		return fmt.Sprintf("The RTE registered again with another certificate since the page was drawn: the certificate waiting is now %s (sha256 %s).", cert, sha)
-	case strings.TrimSpace(shownURL) != rn.URL:
-		return fmt.Sprintf("The RTE registered again with another address since the page was drawn: it is now %s.", rn.URL)
 	}
-	return ""
+	return fmt.Sprintf("The RTE registered again with another certificate since the page was drawn: the certificate waiting is now %s (sha256 %s).",
+		protocol.CertificateFingerprint(now.PendingCertificate), protocol.CertificateSHA256(now.PendingCertificate))
 }
 
 func (wb *web) reject(w http.ResponseWriter, r *http.Request, v visit) {
