@@ -3,22 +3,14 @@ package app_test
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +19,7 @@ import (
 
 	"github.com/rte-project/rte/app"
 	"github.com/rte-project/rte/app/apptest"
+	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/protocol"
 )
 
@@ -37,24 +30,9 @@ const (
 )
 
 // clock is the injectable Now of the tests: waiting 24 h costs nothing.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+type clock = testenv.Clock
 
-func newClock() *clock { return &clock{t: time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+func newClock() *clock { return testenv.NewClock(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)) }
 
 // testCert is a self-signed certificate for 127.0.0.1, like the one an RTE generates.
 type testCert struct {
@@ -63,31 +41,16 @@ type testCert struct {
 	pem string
 }
 
+// newCert is apptest.SelfSigned, kept with its DER and PEM forms that the tests compare.
 func newCert(t testing.TB) testCert {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	c, err := apptest.SelfSigned()
 	if err != nil {
-		t.Fatalf("generate key: %v", err)
+		t.Fatal(err)
 	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 96))
-	if err != nil {
-		t.Fatalf("serial: %v", err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		t.Fatalf("create certificate: %v", err)
-	}
+	der := c.Certificate[0]
 	return testCert{
-		tls: tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key},
+		tls: c,
 		der: der,
 		pem: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
 	}

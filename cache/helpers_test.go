@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,29 +15,15 @@ import (
 
 	"github.com/rte-project/rte/cache"
 	"github.com/rte-project/rte/cache/bundle"
+	"github.com/rte-project/rte/internal/testenv"
 )
 
 // clock is a settable clock shared by the Cache values of a test.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+type clock = testenv.Clock
 
 // newClock starts at the real time, so that uses recorded by another process (which has only
 // the real clock) and by the test fall in one timeline.
-func newClock() *clock { return &clock{t: time.Now()} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+func newClock() *clock { return testenv.NewClock(time.Now()) }
 
 func openCache(t testing.TB, dir, owner string, maxBytes int64, clk *clock) *cache.Cache {
 	t.Helper()

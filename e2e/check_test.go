@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -76,22 +74,7 @@ func silentPort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-type procLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *procLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *procLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type procLog = testenv.Buffer
 
 func wantCheckStatus(t *testing.T, o protocol.CheckOutcome, status string, says ...string) {
 	t.Helper()

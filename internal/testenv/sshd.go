@@ -2,7 +2,6 @@ package testenv
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto"
 	"crypto/ecdsa"
@@ -19,7 +18,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -57,7 +55,7 @@ type SSHD struct {
 	ClientPub ssh.PublicKey
 
 	cmd     *exec.Cmd
-	log     lockedBuffer
+	log     Buffer
 	done    chan struct{}
 	waitErr error
 }
@@ -306,24 +304,6 @@ func WritePrivateKey(path string, key crypto.Signer, passphrase string) error {
 		return fmt.Errorf("encode key %s: %w", path, err)
 	}
 	return os.WriteFile(path, pem.EncodeToMemory(block), 0o600)
-}
-
-// lockedBuffer is a log that a child process writes while a test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // Tail is the last n lines of s, for an error message.

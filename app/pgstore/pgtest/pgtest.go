@@ -15,7 +15,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -27,6 +26,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/rte-project/rte/internal/testenv"
 )
 
 // ErrMissing is wrapped by Start when the PostgreSQL binaries are not installed.
@@ -120,7 +120,7 @@ func Start() (*Server, error) {
 	}
 	_ = os.Remove(pwfile)
 
-	if s.Port, err = freePort(); err != nil {
+	if s.Port, err = testenv.FreePort(); err != nil {
 		return nil, err
 	}
 	logf, err := os.Create(filepath.Join(dir, "postgres.log"))
@@ -174,15 +174,6 @@ func serverUser() (*syscall.Credential, error) {
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 func (s *Server) log() string {

@@ -20,9 +20,11 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
 	"github.com/rte-project/rte/internal/logging"
 	"github.com/rte-project/rte/internal/refapp/api"
 	"github.com/rte-project/rte/internal/refapp/server"
+	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/jobs/afevents"
 
 	"github.com/rte-project/rte/app"
@@ -37,23 +39,8 @@ const (
 	RunnerToken = "runner-token-must-not-leak-77aa31"
 )
 
-// SyncBuffer is a bytes.Buffer safe for the logger's and the test's goroutines.
-type SyncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *SyncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *SyncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// SyncBuffer is testenv.Buffer, under the name these tests know.
+type SyncBuffer = testenv.Buffer
 
 // App is the reference app's server (server.Serve, as `rte-app serve` runs it) on a real
 // socket with a real SQLite store, and one approved runner, "r1", that never answers: its
