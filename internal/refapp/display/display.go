@@ -2,33 +2,22 @@ package display
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/rte-project/rte/protocol"
 )
 
 // OneLine makes text from a host safe for one terminal line: valid UTF-8, control
 // characters (escape sequences, newlines) turned into spaces, runs of spaces folded, and at
 // most n bytes.
 func OneLine(s string, n int) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	s = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return ' '
-		}
-		return r
-	}, s)
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "..."
+	// protocol.PeerText maps control characters to spaces and cuts on a character boundary;
+	// what is the terminal's own is the replacement character and the folded spaces.
+	s = protocol.PeerText(strings.ToValidUTF8(s, "\uFFFD"), math.MaxInt)
+	return protocol.PeerText(strings.Join(strings.Fields(s), " "), n)
 }
 
 // Plural is n and word, with an s unless n is 1: "1 host", "3 hosts".
