@@ -16,6 +16,7 @@ import (
 	"github.com/rte-project/rte/internal/refapp/cli"
 	"github.com/rte-project/rte/internal/refapp/refapptest"
 	"github.com/rte-project/rte/internal/refapp/server"
+	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/protocol"
 )
 
@@ -99,17 +100,16 @@ func TestServeAppliesSeed(t *testing.T) {
 	defer cancel()
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, []string{"serve"}, env, &refapptest.SyncBuffer{}, logs) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(logs.String(), server.StartMessage) {
+	started := testenv.Poll(30*time.Second, func() bool {
 		select {
 		case code := <-done:
 			t.Fatalf("serve exited with %d:\n%s", code, logs.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve did not start within 30s:\n%s", logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+		return strings.Contains(logs.String(), server.StartMessage)
+	})
+	if !started {
+		t.Fatalf("serve did not start within 30s:\n%s", logs.String())
 	}
 	store, err := sqlitestore.Open(db)
 	if err != nil {
