@@ -43,8 +43,7 @@ func TestServeRunsUntilCanceled(t *testing.T) {
 	go func() { done <- run(ctx, []string{"serve"}, env, &refapptest.SyncBuffer{}, logs) }()
 
 	var listen string
-	deadline := time.After(30 * time.Second)
-	for listen == "" {
+	started := testenv.Poll(30*time.Second, func() bool {
 		sc := bufio.NewScanner(strings.NewReader(logs.String()))
 		for sc.Scan() {
 			var m map[string]any
@@ -52,13 +51,18 @@ func TestServeRunsUntilCanceled(t *testing.T) {
 				listen, _ = m["listen"].(string)
 			}
 		}
+		if listen != "" {
+			return true
+		}
 		select {
 		case code := <-done:
 			t.Fatalf("serve exited with %d before listening:\n%s", code, logs.String())
-		case <-deadline:
-			t.Fatalf("serve logged no start line:\n%s", logs.String())
-		case <-time.After(20 * time.Millisecond):
+		default:
 		}
+		return false
+	})
+	if !started {
+		t.Fatalf("serve logged no start line:\n%s", logs.String())
 	}
 	req, _ := http.NewRequest("GET", "http://"+listen+"/api/v2/runners", nil)
 	req.Header.Set("Authorization", "Bearer "+refapptest.AdminToken)
