@@ -16,6 +16,7 @@ import (
 	"github.com/rte-project/rte/internal/refapp/cli"
 	"github.com/rte-project/rte/internal/refapp/refapptest"
 	"github.com/rte-project/rte/internal/refapp/server"
+	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/protocol"
 )
 
@@ -42,8 +43,7 @@ func TestServeRunsUntilCanceled(t *testing.T) {
 	go func() { done <- run(ctx, []string{"serve"}, env, &refapptest.SyncBuffer{}, logs) }()
 
 	var listen string
-	deadline := time.After(30 * time.Second)
-	for listen == "" {
+	started := testenv.Poll(30*time.Second, func() bool {
 		sc := bufio.NewScanner(strings.NewReader(logs.String()))
 		for sc.Scan() {
 			var m map[string]any
@@ -51,13 +51,18 @@ func TestServeRunsUntilCanceled(t *testing.T) {
 				listen, _ = m["listen"].(string)
 			}
 		}
+		if listen != "" {
+			return true
+		}
 		select {
 		case code := <-done:
 			t.Fatalf("serve exited with %d before listening:\n%s", code, logs.String())
-		case <-deadline:
-			t.Fatalf("serve logged no start line:\n%s", logs.String())
-		case <-time.After(20 * time.Millisecond):
+		default:
 		}
+		return false
+	})
+	if !started {
+		t.Fatalf("serve logged no start line:\n%s", logs.String())
 	}
 	req, _ := http.NewRequest("GET", "http://"+listen+"/api/v2/runners", nil)
 	req.Header.Set("Authorization", "Bearer "+refapptest.AdminToken)
@@ -99,17 +104,16 @@ func TestServeAppliesSeed(t *testing.T) {
 	defer cancel()
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, []string{"serve"}, env, &refapptest.SyncBuffer{}, logs) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(logs.String(), server.StartMessage) {
+	started := testenv.Poll(30*time.Second, func() bool {
 		select {
 		case code := <-done:
 			t.Fatalf("serve exited with %d:\n%s", code, logs.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve did not start within 30s:\n%s", logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+		return strings.Contains(logs.String(), server.StartMessage)
+	})
+	if !started {
+		t.Fatalf("serve did not start within 30s:\n%s", logs.String())
 	}
 	store, err := sqlitestore.Open(db)
 	if err != nil {

@@ -29,6 +29,7 @@ import (
 	"github.com/rte-project/rte/app/sqlitestore"
 	"github.com/rte-project/rte/internal/config"
 	"github.com/rte-project/rte/internal/rte"
+	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/jobs"
 	"github.com/rte-project/rte/jobs/spool"
 	"github.com/rte-project/rte/protocol"
@@ -126,7 +127,7 @@ func start(t *testing.T, dir string, a *theApp, port int) *running {
 	t.Cleanup(func() { r.stop() })
 	// Run owns s from here on (it resolves the paths in it): the test reads its own copy.
 	cert := filepath.Join(dir, "cert.pem")
-	eventually(t, "the certificate written", func() bool { _, err := os.Stat(cert); return err == nil })
+	testenv.Eventually(t, time.Minute, "the certificate written", func() bool { _, err := os.Stat(cert); return err == nil })
 	pem, err := os.ReadFile(cert)
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +137,7 @@ func start(t *testing.T, dir string, a *theApp, port int) *running {
 	// No keep-alive: an idle pooled connection would outlive the test and trip goleak.
 	r.probe = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, DisableKeepAlives: true}}
-	eventually(t, "/ready 200", func() bool { code, _ := r.get("/ready"); return code == http.StatusOK })
+	testenv.Eventually(t, time.Minute, "/ready 200", func() bool { code, _ := r.get("/ready"); return code == http.StatusOK })
 	return r
 }
 
@@ -177,26 +178,15 @@ func (r *running) stop() {
 
 func (r *running) logged(msg string) bool { return r.logs.FilterMessage(msg).Len() > 0 }
 
-func eventually(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within a minute", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func waitConnected(t *testing.T, a *theApp) {
 	t.Helper()
-	eventually(t, "the app connected to the runner", func() bool { st, ok := a.Status(runner); return ok && st.Connected })
+	testenv.Eventually(t, time.Minute, "the app connected to the runner", func() bool { st, ok := a.Status(runner); return ok && st.Connected })
 }
 
 func waitJob(t *testing.T, a *theApp, id string, done func(*app.Job) bool) *app.Job {
 	t.Helper()
 	var j *app.Job
-	eventually(t, "job "+id, func() bool {
+	testenv.Eventually(t, time.Minute, "job "+id, func() bool {
 		var err error
 		if j, err = a.GetJob(context.Background(), id); err != nil {
 			t.Fatal(err)
@@ -214,14 +204,14 @@ func TestReadinessAndSignals(t *testing.T) {
 		t.Fatalf("/live = %d %q, want 200", code, body)
 	}
 	r.sigs <- syscall.SIGHUP
-	eventually(t, "SIGHUP logged", func() bool {
+	testenv.Eventually(t, time.Minute, "SIGHUP logged", func() bool {
 		return r.logged("SIGHUP ignored: settings are read once, at start; restart the RTE to change them (SIGTERM drains)")
 	})
 	if code, body := r.get("/ready"); code != http.StatusOK {
 		t.Fatalf("/ready after SIGHUP = %d %q, want 200: a hang-up must change nothing", code, body)
 	}
 	r.sigs <- syscall.SIGTERM
-	eventually(t, "/ready 503 draining, or the listener closed", func() bool {
+	testenv.Eventually(t, time.Minute, "/ready 503 draining, or the listener closed", func() bool {
 		code, body := r.get("/ready")
 		return (code == http.StatusServiceUnavailable && strings.Contains(body, "draining")) || code == 0
 	})
@@ -260,7 +250,7 @@ func TestDrainEndsJobsAbandoned(t *testing.T) {
 	}
 	waitJob(t, a, j.ID, func(j *app.Job) bool { return j.State == app.JobRunning || j.State == app.JobEnded })
 	r.sigs <- syscall.SIGTERM
-	eventually(t, "/ready 503 on SIGTERM", func() bool {
+	testenv.Eventually(t, time.Minute, "/ready 503 on SIGTERM", func() bool {
 		code, _ := r.get("/ready")
 		return code == http.StatusServiceUnavailable
 	})

@@ -13,11 +13,14 @@
 //     every target it was asked for;
 //   - Forwarder, a TCP forwarder that can cut every connection it carries or refuse new ones,
 //     which drops a socket without either peer closing it;
-//   - RTE, the built rte binary as a process with its JSON log lines captured, and Build, which
-//     builds the binaries once for a test binary's TestMain.
+//   - RTE, the built rte binary as a process with its JSON log lines captured (StartRTE for a
+//     test, LaunchRTE for the demo, which handles errors itself), and Build, which builds the
+//     binaries once for a test binary's TestMain;
+//   - Tail, the end of a log for an error message, and OwnGroupTiedToParent, the attributes of
+//     a child that must not outlive its parent.
 //
-// It refuses to be production code: no binary's serving path imports it (the demo may, for the
-// sshd launcher only, because the demo is a test rig that an operator runs). It does not import
+// It refuses to be production code: no binary's serving path imports it (`rte-app demo` does,
+// for its sshd and its RTE child, because the demo is a test rig that an operator runs). It does not import
 // package testing either: the helpers that fail a test take the small [T] interface, which
 // *testing.T and *testing.B satisfy, so importing testenv adds no test flags to a binary. It
 // holds no assertions about the RTE's behaviour: tests keep their own checks and use these

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -41,15 +42,17 @@ func Build(dir, moduleRoot string, race bool, cmds ...string) error {
 	return nil
 }
 
-// RTE is one running rte binary with its JSON log lines captured. It runs in its own process
-// group, so Kill ends ansible-playbook and everything else it started with it.
+// RTE is one running rte binary with its log lines captured (all of them as printed, the JSON
+// ones also decoded). StartRTE starts one for a test; LaunchRTE starts one for the demo, which
+// is not a test and handles errors itself.
 type RTE struct {
-	t    T
+	t    T // nil when LaunchRTE started it: the methods that fail a test need StartRTE's
 	cmd  *exec.Cmd
 	Port int
 	Dir  string
 	TLS  bool
 
+	sink  io.Writer // RTEConfig.Log; written only by collect
 	mu    sync.Mutex
 	lines []map[string]any
 	raw   bytes.Buffer
@@ -58,34 +61,64 @@ type RTE struct {
 	err   error
 }
 
+// RTEConfig says how LaunchRTE runs an rte binary.
+type RTEConfig struct {
+	Bin string   // the rte binary
+	Dir string   // its working directory, created if missing
+	Env []string // exactly the child's environment
+	// Log, when set, also receives every line the child prints (stdout and stderr together),
+	// one Write per line, until Done is closed: the demo's rte.log and its --verbose echo.
+	Log io.Writer
+	// SysProcAttr is the child's process attributes; nil means its own process group, so
+	// Kill ends ansible-playbook and everything else the RTE started with it.
+	SysProcAttr *syscall.SysProcAttr
+}
+
+// LaunchRTE starts cfg.Bin and collects its output; it does not wait for anything. The caller
+// owns the process: Stop or Kill it, and wait for Done before closing cfg.Log.
+func LaunchRTE(cfg RTEConfig) (*RTE, error) {
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	p := &RTE{Dir: cfg.Dir, sink: cfg.Log, added: make(chan struct{}, 1), exit: make(chan struct{})}
+	cmd := exec.Command(cfg.Bin)
+	cmd.Dir = cfg.Dir
+	cmd.Env = cfg.Env
+	cmd.SysProcAttr = cfg.SysProcAttr
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("rte: %w", err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start the RTE %s: %w", cfg.Bin, err)
+	}
+	p.cmd = cmd
+	go p.collect(out)
+	return p, nil
+}
+
 // StartRTE runs the rte binary bin in dir (also its HOME) on 127.0.0.1:port with env on top
 // of a minimal base (PATH, HOME, PORT, LISTEN_HOST, LOG_LEVEL=debug), and waits for /live. The
 // test's end kills it and, if the test failed, logs its output.
 func StartRTE(t T, bin, dir string, port int, env ...string) *RTE {
 	t.Helper()
-	p := &RTE{t: t, Port: port, Dir: dir, added: make(chan struct{}, 1), exit: make(chan struct{})}
+	p, err := LaunchRTE(RTEConfig{Bin: bin, Dir: dir, Env: append([]string{
+		"PATH=" + os.Getenv("PATH"), "HOME=" + dir,
+		fmt.Sprintf("PORT=%d", port), "LISTEN_HOST=127.0.0.1", "LOG_LEVEL=debug",
+	}, env...)})
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	p.t, p.Port = t, port
 	for _, kv := range env {
 		if kv == "HTTPS=1" {
 			p.TLS = true
 		}
 	}
-	cmd := exec.Command(bin)
-	cmd.Dir = dir
-	cmd.Env = append([]string{
-		"PATH=" + os.Getenv("PATH"), "HOME=" + dir,
-		fmt.Sprintf("PORT=%d", port), "LISTEN_HOST=127.0.0.1", "LOG_LEVEL=debug",
-	}, env...)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatalf("rte: %v", err)
-	}
-	cmd.Stderr = cmd.Stdout
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start rte: %v", err)
-	}
-	p.cmd = cmd
-	go p.collect(out)
 	t.Cleanup(func() {
 		p.Kill()
 		if t.Failed() {
@@ -110,11 +143,20 @@ func (p *RTE) collect(r io.Reader) {
 			p.lines = append(p.lines, m)
 		}
 		p.mu.Unlock()
+		if p.sink != nil {
+			_, _ = p.sink.Write(append(line, '\n'))
+		}
 		select {
 		case p.added <- struct{}{}:
 		default:
 		}
 	}
+	// Drain what a too-long line left, so the child never blocks writing to a full pipe.
+	rest := p.sink
+	if rest == nil {
+		rest = io.Discard
+	}
+	_, _ = io.Copy(rest, r)
 	p.err = p.cmd.Wait()
 	close(p.exit)
 }
@@ -158,22 +200,58 @@ func (p *RTE) WaitLogAfter(mark int, msg string, timeout time.Duration) map[stri
 // WaitLogMatch waits for a line after mark whose "msg" contains msg and that match accepts.
 func (p *RTE) WaitLogMatch(mark int, msg string, timeout time.Duration, match func(map[string]any) bool) map[string]any {
 	p.t.Helper()
-	deadline := time.After(timeout)
+	l, err := p.WaitLine(context.Background(), mark, timeout, func(l map[string]any) bool {
+		s, _ := l["msg"].(string)
+		return strings.Contains(s, msg) && match(l)
+	})
+	switch {
+	case err == nil:
+		return l
+	case errors.Is(err, ErrExited):
+		p.t.Fatalf("rte exited (%v) before logging %q", p.err, msg)
+	default:
+		p.t.Fatalf("rte did not log %q within %s", msg, timeout)
+	}
+	return nil
+}
+
+// ErrExited is WaitLine's error when the process exited first; Err then says how.
+var ErrExited = errors.New("the RTE exited")
+
+// WaitLine waits for a JSON log line after mark that match accepts, and returns it. It fails
+// with ErrExited when the process exits first, ctx's error when ctx ends, and
+// context.DeadlineExceeded when timeout passes.
+func (p *RTE) WaitLine(ctx context.Context, mark int, timeout time.Duration, match func(map[string]any) bool) (map[string]any, error) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
 	for {
 		p.mu.Lock()
 		for _, l := range p.lines[mark:] {
-			if s, _ := l["msg"].(string); strings.Contains(s, msg) && match(l) {
+			if match(l) {
 				p.mu.Unlock()
-				return l
+				return l, nil
 			}
 		}
+		// Lines looked at need not be looked at again.
+		mark = len(p.lines)
 		p.mu.Unlock()
 		select {
 		case <-p.added:
 		case <-p.exit:
-			p.t.Fatalf("rte exited (%v) before logging %q", p.err, msg)
-		case <-deadline:
-			p.t.Fatalf("rte did not log %q within %s", msg, timeout)
+			// collect appends every line before it closes exit: one last look.
+			p.mu.Lock()
+			for _, l := range p.lines[mark:] {
+				if match(l) {
+					p.mu.Unlock()
+					return l, nil
+				}
+			}
+			p.mu.Unlock()
+			return nil, ErrExited
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-deadline.C:
+			return nil, context.DeadlineExceeded
 		}
 	}
 }
@@ -240,14 +318,50 @@ func (p *RTE) Wait(timeout time.Duration) int {
 
 // Kill stops the RTE and its whole process group at once, and waits up to 10 s for it.
 func (p *RTE) Kill() {
+	select {
+	case <-p.exit:
+		// Reaped: its pid and group id may already be someone else's.
+		return
+	default:
+	}
 	if p.cmd.Process != nil {
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		// The group kill misses an RTE that is not its group's leader (LaunchRTE's caller
+		// chose other attributes).
+		_ = p.cmd.Process.Kill()
 	}
 	select {
 	case <-p.exit:
 	case <-time.After(10 * time.Second):
 	}
 }
+
+// Stop sends SIGTERM to the RTE (it drains, then exits), waits up to timeout, then kills it as
+// Kill does. It returns an error only when the RTE had to be killed.
+func (p *RTE) Stop(timeout time.Duration) error {
+	select {
+	case <-p.exit:
+		return nil
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-p.exit:
+		return nil
+	case <-t.C:
+		p.Kill()
+		return fmt.Errorf("the RTE did not stop within %s of SIGTERM and was killed", timeout)
+	}
+}
+
+// Done is closed once the process has exited and its output is collected; Err then says how
+// it exited.
+func (p *RTE) Done() <-chan struct{} { return p.exit }
+
+// Err is how the process exited; valid once Done is closed.
+func (p *RTE) Err() error { return p.err }
 
 // RunRTE runs the rte binary bin to completion in dir (a subcommand: check-config, version)
 // and returns its combined output and exit code; it fails t when the binary cannot run.

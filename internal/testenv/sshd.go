@@ -44,6 +44,9 @@ type SSHDConfig struct {
 	// SysProcAttr is the child's process attributes (the demo puts sshd in its own process
 	// group and has the kernel end it with the demo).
 	SysProcAttr *syscall.SysProcAttr
+	// Log, when set, also receives sshd's output as it prints it, until Stop returns (the
+	// demo's sshd.log, left in its work directory with --keep). Log always has all of it.
+	Log io.Writer
 }
 
 // SSHD is a real OpenSSH server on 127.0.0.1 that lets in every user holding ClientKey
@@ -145,7 +148,12 @@ func StartSSHD(ctx context.Context, cfg SSHDConfig) (*SSHD, error) {
 	cmd := exec.Command(SSHDPath, "-D", "-e", "-f", configPath)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	cmd.SysProcAttr = cfg.SysProcAttr
-	cmd.Stdout, cmd.Stderr = &s.log, &s.log
+	var out io.Writer = &s.log
+	if cfg.Log != nil {
+		out = io.MultiWriter(&s.log, cfg.Log)
+	}
+	// One writer for both, so exec copies them through one pipe, in the order sshd wrote.
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", SSHDPath, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/rte-project/rte/app"
 	"github.com/rte-project/rte/internal/refapp/api"
 	"github.com/rte-project/rte/internal/refapp/refapptest"
+	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/protocol"
 )
 
@@ -105,15 +106,16 @@ func TestRunInterruptCancelsTheJob(t *testing.T) {
 		done <- run(ctx, []string{"run", "--runner", "r1", "--playbook", "site.yml"},
 			[]string{"APP_ADMIN_TOKEN=" + refapptest.AdminToken, "APP_URL=" + ta.URL}, &stdout, &stderr)
 	}()
-	deadline := time.After(30 * time.Second)
-	for !strings.Contains(stderr.String(), "queued on runner r1") {
+	queued := testenv.Poll(30*time.Second, func() bool {
 		select {
 		case code := <-done:
 			t.Fatalf("run ended early with %d: %s", code, stderr.String())
-		case <-deadline:
-			t.Fatalf("run never said the job was queued: %s", stderr.String())
-		case <-time.After(20 * time.Millisecond):
+		default:
 		}
+		return strings.Contains(stderr.String(), "queued on runner r1")
+	})
+	if !queued {
+		t.Fatalf("run never said the job was queued: %s", stderr.String())
 	}
 	interrupt()
 	select {

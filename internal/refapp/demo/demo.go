@@ -19,6 +19,7 @@ import (
 	"github.com/rte-project/rte/internal/refapp/cli"
 	"github.com/rte-project/rte/internal/refapp/server"
 	"github.com/rte-project/rte/internal/refapp/settings"
+	"github.com/rte-project/rte/internal/testenv"
 
 	"github.com/caarlos0/env/v11"
 
@@ -57,7 +58,7 @@ func Run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 	var o demoOptions
 	fs.StringVar(&o.rte, "rte", "", "the rte binary (default: rte next to rte-app, else on PATH)")
 	fs.StringVar(&o.examples, "examples", "examples", "the directory holding playbooks/site.yml and inventory/hosts.yml")
-	fs.BoolVar(&o.ssh, "ssh", sshDefault(), "also run the playbook on a second host over a real sshd on 127.0.0.1 (default on as root when "+sshdPath+" exists)")
+	fs.BoolVar(&o.ssh, "ssh", sshDefault(), "also run the playbook on a second host over a real sshd on 127.0.0.1 (default on as root when "+testenv.SSHDPath+" exists)")
 	fs.StringVar(&o.files, "files", "transfer", "the RTE's RTE_FILES: transfer (the app packs examples/ and sends it) or local (the RTE reads examples/ itself)")
 	fs.BoolVar(&o.verbose, "verbose", false, "also print the app's and the RTE's logs")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory (logs, database, spool) for a look afterwards")
@@ -114,8 +115,8 @@ func (o *demoOptions) resolve() error {
 		return errors.New("ansible-playbook is not on PATH, and the RTE needs it to run the playbook: run scripts/deps (it installs Debian's ansible-core)")
 	}
 	if o.ssh {
-		if _, err := os.Stat(sshdPath); err != nil {
-			return fmt.Errorf("--ssh: %s is missing: run scripts/deps (it installs openssh-server), or pass --ssh=false", sshdPath)
+		if _, err := os.Stat(testenv.SSHDPath); err != nil {
+			return fmt.Errorf("--ssh: %s is missing: run scripts/deps (it installs openssh-server), or pass --ssh=false", testenv.SSHDPath)
 		}
 		if _, err := lookPathIn("ssh", o.path); err != nil {
 			return errors.New("--ssh: ssh is not on PATH: run scripts/deps (it installs openssh-client), or pass --ssh=false")
@@ -260,7 +261,7 @@ func (d *demoRun) run(ctx context.Context) int {
 	}
 
 	// The RTE, a real process, registering itself with the app.
-	port, err := freePort()
+	port, err := testenv.FreePort()
 	if err != nil {
 		return d.fail("%v", err)
 	}
@@ -294,7 +295,7 @@ func (d *demoRun) run(ctx context.Context) int {
 	if d.o.verbose {
 		echo = &prefixWriter{w: d.errOut, prefix: "rte | "}
 	}
-	rte, err := StartRTE(d.o.rte, rteDir, rteEnv, echo)
+	rte, err := startRTE(d.o.rte, rteDir, rteEnv, echo)
 	if err != nil {
 		return d.fail("%v", err)
 	}
@@ -340,14 +341,14 @@ func (d *demoRun) run(ctx context.Context) int {
 	d.say("running site.yml on %s as job %s\n", hosts, job.ID)
 	code := cli.FollowAndReport(ctx, c, job.ID, d.out, d.errOut)
 	if code == cli.ExitTrouble || (code == cli.ExitNotEnded && ctx.Err() == nil) {
-		fmt.Fprintf(d.errOut, "\nthe RTE's last log lines:\n%s\n", tail(rte.logPath, 15))
+		fmt.Fprintf(d.errOut, "\nthe RTE's last log lines:\n%s\n", rte.LogTail(15))
 	}
 	return code
 }
 
 // waitFor polls the runner list until the demo runner satisfies ok, the RTE exits, ctx ends
 // or timeout passes.
-func (d *demoRun) waitFor(ctx context.Context, c *cli.Client, rte *RTE, timeout time.Duration, what string, ok func(api.RunnerView) bool) (api.RunnerView, error) {
+func (d *demoRun) waitFor(ctx context.Context, c *cli.Client, rte *demoRTE, timeout time.Duration, what string, ok func(api.RunnerView) bool) (api.RunnerView, error) {
 	deadline := time.Now().Add(timeout)
 	for {
 		runners, err := c.Runners(ctx)
@@ -360,14 +361,14 @@ func (d *demoRun) waitFor(ctx context.Context, c *cli.Client, rte *RTE, timeout 
 			}
 		}
 		select {
-		case <-rte.done:
-			return api.RunnerView{}, fmt.Errorf("the RTE exited while waiting for %s (%v); its log:\n%s", what, rte.waitErr, tail(rte.logPath, 25))
+		case <-rte.Done():
+			return api.RunnerView{}, fmt.Errorf("the RTE exited while waiting for %s (%v); its log:\n%s", what, rte.Err(), rte.LogTail(25))
 		case <-ctx.Done():
 			return api.RunnerView{}, fmt.Errorf("interrupted while waiting for %s", what)
 		case <-time.After(demoPoll):
 		}
 		if time.Now().After(deadline) {
-			return api.RunnerView{}, fmt.Errorf("no %s after %s; the RTE's log:\n%s", what, timeout, tail(rte.logPath, 25))
+			return api.RunnerView{}, fmt.Errorf("no %s after %s; the RTE's log:\n%s", what, timeout, rte.LogTail(25))
 		}
 	}
 }

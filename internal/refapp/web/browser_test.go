@@ -8,17 +8,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rte-project/rte/internal/logging"
-	"github.com/rte-project/rte/internal/refapp/demo"
 	"github.com/rte-project/rte/internal/refapp/refapptest"
 	"github.com/rte-project/rte/internal/refapp/server"
 	"github.com/rte-project/rte/internal/refapp/settings"
+	"github.com/rte-project/rte/internal/testenv"
 
 	"github.com/chromedp/chromedp"
 
@@ -75,12 +74,16 @@ func TestAdminPageInABrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rteBin := buildRTE(t)
+	binDir := t.TempDir()
+	if err := testenv.Build(binDir, "../../..", false, "rte"); err != nil {
+		t.Fatal(err)
+	}
+	rteBin := filepath.Join(binDir, "rte")
 	appURL, a := startBrowserTestApp(t)
 
 	// The real RTE, over TLS with a certificate it generates, registering with the app.
 	const runnerName = "browser-rte"
-	port := freeTestPort(t)
+	port := testenv.MustFreePort(t)
 	rteDir := t.TempDir()
 	home := filepath.Join(rteDir, "home")
 	if err := os.MkdirAll(home, 0o700); err != nil {
@@ -111,10 +114,8 @@ func TestAdminPageInABrowser(t *testing.T) {
 		"LOG_FORMAT=json",
 		"LOG_LEVEL=info",
 	}
-	rte, err := demo.StartRTE(rteBin, rteDir, rteEnv, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rte := testenv.StartRTE(t, rteBin, rteDir, port, rteEnv...)
+	// Registered after StartRTE's kill, so it runs first: the RTE must stop on SIGTERM.
 	t.Cleanup(func() {
 		if err := rte.Stop(30 * time.Second); err != nil {
 			t.Errorf("stop the RTE: %v", err)
@@ -122,9 +123,11 @@ func TestAdminPageInABrowser(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), browserTestTimeout)
 	defer cancel()
-	logged, err := rte.WaitStarting(ctx, 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
+	logged := map[string]string{}
+	for k, v := range rte.WaitLogMatch(0, "rte starting", 30*time.Second, func(l map[string]any) bool { return l["msg"] == "rte starting" }) {
+		if s, ok := v.(string); ok {
+			logged[k] = s
+		}
 	}
 	for _, k := range []string{"token_fingerprint", "certificate_fingerprint", "certificate_sha256"} {
 		if logged[k] == "" {
@@ -232,21 +235,6 @@ func endedPage(status string) string {
 		document.querySelector('#job-state').textContent === '` + status + `'`
 }
 
-// buildRTE builds the real rte binary into a temporary directory.
-func buildRTE(t *testing.T) string {
-	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	bin := filepath.Join(t.TempDir(), "rte")
-	cmd := exec.Command(goBin, "build", "-o", bin, "../../../cmd/rte")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ../../../cmd/rte: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // startBrowserTestApp runs the app as `rte-app serve` does, in this process, with quick
 // dispatch so an approved runner is dialled at once.
 func startBrowserTestApp(t *testing.T) (string, *app.App) {
@@ -288,26 +276,16 @@ func startBrowserTestApp(t *testing.T) (string, *app.App) {
 	return "http://" + ln.Addr().String(), a
 }
 
-func freeTestPort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // browser is one headless Chromium tab with the test's helpers. A failing step stops the
 // test with the page's text, a screenshot and the RTE's last log lines.
 type browser struct {
 	t     *testing.T
 	ctx   context.Context
 	shots string
-	rte   *demo.RTE
+	rte   *testenv.RTE
 }
 
-func startBrowser(t *testing.T, parent context.Context, shots, appURL string, rte *demo.RTE) *browser {
+func startBrowser(t *testing.T, parent context.Context, shots, appURL string, rte *testenv.RTE) *browser {
 	t.Helper()
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(chromiumPath),
@@ -384,18 +362,16 @@ func (b *browser) jobID() string {
 // the new page.
 func (b *browser) waitUntil(what, cond string) {
 	b.t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
+	var err error
+	held := testenv.Poll(time.Minute, func() bool {
 		ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
-		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool]("(() => { try { return !!("+cond+"); } catch (e) { return false; } })()"))
-		cancel()
-		if err == nil && ok {
-			return
-		}
-		if time.Now().After(deadline) || b.ctx.Err() != nil {
-			b.fatal("waited a minute for %s (last error %v)", what, err)
-		}
-		time.Sleep(150 * time.Millisecond)
+		defer cancel()
+		var ok bool
+		ok, err = chromedp.Run(ctx, chromedp.Evaluate[bool]("(() => { try { return !!("+cond+"); } catch (e) { return false; } })()"))
+		return (err == nil && ok) || b.ctx.Err() != nil
+	})
+	if !held || b.ctx.Err() != nil {
+		b.fatal("waited a minute for %s (last error %v)", what, err)
 	}
 }
 
@@ -403,27 +379,27 @@ func (b *browser) waitUntil(what, cond string) {
 // themselves, such as the runners list.
 func (b *browser) reloadUntil(what, url, cond string) {
 	b.t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
+	var err error
+	held := testenv.Poll(time.Minute, func() bool {
 		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
-		err := chromedp.Do(ctx, chromedp.Navigate(url))
+		defer cancel()
+		err = chromedp.Do(ctx, chromedp.Navigate(url))
 		var ok bool
 		if err == nil {
 			ok, err = chromedp.Run(ctx, chromedp.Evaluate[bool]("(() => { try { return !!("+cond+"); } catch (e) { return false; } })()"))
 		}
-		cancel()
 		if err == nil && ok {
-			return
+			return true
 		}
 		select {
 		case <-b.rte.Done():
 			b.fatal("the RTE exited while waiting for %s: %v", what, b.rte.Err())
 		default:
 		}
-		if time.Now().After(deadline) || b.ctx.Err() != nil {
-			b.fatal("waited a minute for %s (last error %v)", what, err)
-		}
-		time.Sleep(250 * time.Millisecond)
+		return b.ctx.Err() != nil
+	})
+	if !held || b.ctx.Err() != nil {
+		b.fatal("waited a minute for %s (last error %v)", what, err)
 	}
 }
 
@@ -475,5 +451,5 @@ func (b *browser) fatal(format string, args ...any) {
 	} else if errors.Is(b.ctx.Err(), context.DeadlineExceeded) {
 		msg += fmt.Sprintf("\n(the test's %s ran out)", browserTestTimeout)
 	}
-	b.t.Fatalf("%s\n--- the RTE's last log lines:\n%s", msg, b.rte.LogTail(20))
+	b.t.Fatalf("%s\n--- the RTE's last log lines:\n%s", msg, testenv.Tail(b.rte.Log(), 20))
 }
