@@ -134,6 +134,8 @@ func (d *dockerEngine) ready(ctx context.Context) error {
 	return nil
 }
 
+func (d *dockerEngine) close() error { return d.cli.Close() }
+
 // pluginDir copies the af_events plugin into the job's private directory: the container sees
 // only that directory of the RTE.
 func (d *dockerEngine) pluginDir(p private) (string, error) {
@@ -202,7 +204,7 @@ func (d *dockerEngine) start(ctx context.Context, l launch) (running, *os.File, 
 			SecurityOpt:    []string{"no-new-privileges"},
 			CapDrop:        []string{"ALL"},
 			ReadonlyRootfs: true,
-			Tmpfs:          map[string]string{"/tmp": "rw,nosuid,nodev,size=64m"},
+			Tmpfs:          d.tmpfs(),
 			Resources:      container.Resources{NanoCPUs: d.cfg.NanoCPUs, Memory: d.cfg.MemoryBytes},
 		},
 	})
@@ -221,6 +223,18 @@ func (d *dockerEngine) start(ctx context.Context, l launch) (running, *os.File, 
 	}
 	d.log.Info("job container started", zap.String("job", l.job), zap.String("container", shortID(c.id)))
 	return c, p.out, p.ev, nil
+}
+
+// tmpfs are the container's writable places besides the job directory. ansible expands the
+// remote temp directory (~/.ansible/tmp) with the user's passwd home, not HOME, even for
+// connection: local; nobody's home in Debian images is /nonexistent, on the read-only root, so
+// it gets a small tmpfs of its own.
+func (d *dockerEngine) tmpfs() map[string]string {
+	t := map[string]string{"/tmp": "rw,nosuid,nodev,size=64m"}
+	if d.uid == nobody {
+		t["/nonexistent"] = fmt.Sprintf("rw,nosuid,nodev,size=64m,uid=%d,gid=%d,mode=0700", d.uid, d.gid)
+	}
+	return t
 }
 
 // pull fetches the image as RTE_PULL says.

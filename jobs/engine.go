@@ -24,6 +24,8 @@ type engine interface {
 	// reach EOF once everything of the job that held them has exited. The error text is the
 	// end record's message.
 	start(ctx context.Context, l launch) (r running, out, events *os.File, err error)
+	// close releases the engine's connections; no job runs any more.
+	close() error
 }
 
 // launch is what the runner hands an engine: the command and where it runs.
@@ -66,6 +68,8 @@ type exitStatus struct {
 type processEngine struct{ pluginPath string }
 
 func (processEngine) ready(context.Context) error { return nil }
+
+func (processEngine) close() error { return nil }
 
 func (e processEngine) pluginDir(private) (string, error) { return e.pluginPath, nil }
 

@@ -513,6 +513,10 @@ waitGrace:
 // Wait blocks until every job goroutine has returned. It does not stop jobs: call Drain first.
 func (m *Manager) Wait() { m.wg.Wait() }
 
+// Close releases the engine's connection (a container engine's API client). Call it after
+// Wait; the Manager takes no job afterwards.
+func (m *Manager) Close() error { return m.engine.close() }
+
 // run is a job's goroutine: it runs the job, records its end, and forgets it.
 func (m *Manager) run(j *job) {
 	defer m.wg.Done()
