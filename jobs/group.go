@@ -18,8 +18,8 @@ import (
 // The group id stays ours while the leader is unreaped (a zombie keeps its pid), so signals go
 // out only until then: never to a group id the kernel has handed to someone else.
 type group struct {
-	cmd    *exec.Cmd
-	pgid   int
+	cmd     *exec.Cmd
+	pgid    int
 	exitedC chan struct{} // closed by wait once the leader has exited and been reaped
 
 	mu       sync.Mutex // guards reaped and signaled

@@ -131,7 +131,7 @@ var (
 type Manager struct {
 	cfg      Config
 	log      *zap.Logger
-	binary   string   // cfg.AnsiblePlaybook resolved to a path (process engine)
+	binary   string // cfg.AnsiblePlaybook resolved to a path (process engine)
 	engine   engine
 	reserved []string // env keys a job may not set
 	ran      *ledger
