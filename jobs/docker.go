@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -151,6 +152,11 @@ func (d *dockerEngine) pluginDir(p private) (string, error) {
 const runScript = `o=$1 e=$2; shift 2; exec "$@" >"$o" 2>&1 3>"$e"`
 
 func (d *dockerEngine) start(ctx context.Context, l launch) (running, *os.File, *os.File, error) {
+	// The container sees the job directory only: a playbook elsewhere (RTE_FILES=local, which
+	// the settings refuse with docker) would not be there.
+	if rel, err := filepath.Rel(l.jobDir, l.dir); err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return nil, nil, nil, fmt.Errorf("the job's container sees only the job directory, but the playbook's directory is %s: run containers with RTE_FILES=transfer", l.dir)
+	}
 	if err := d.pull(ctx); err != nil {
 		return nil, nil, nil, err
 	}

@@ -339,3 +339,21 @@ func TestRemoveContainersTouchesOnlyItsOwn(t *testing.T) {
 		t.Errorf("the other RTE's container was touched: %v", err)
 	}
 }
+
+// A playbook outside the job directory (RTE_FILES=local) cannot run in a container: the job
+// ends error saying so, before any container is made.
+func TestDockerRefusesPlaybookOutsideTheJobDirectory(t *testing.T) {
+	t.Parallel()
+	e, cli := newDockerEnv(t, "docker-test-local", func(cfg *jobs.Config) {
+		cfg.Files = jobs.LocalFiles{AnsiblePath: mustAbs(t, "testdata/playbooks"), RepoPath: mustAbs(t, "testdata/repo")}
+	})
+	e.start(t, jobStart("dlocal-1", "success.yml"))
+	recs := e.rec.waitEnd(t, "dlocal-1")
+	end := wantEnd(t, recs, protocol.StatusError, -1)
+	if !strings.Contains(end.Message, "RTE_FILES=transfer") {
+		t.Errorf("end message %q, want it to name RTE_FILES=transfer", end.Message)
+	}
+	if ids := containersOf(t, cli, "docker-test-local", ""); len(ids) != 0 {
+		t.Errorf("containers made: %v", ids)
+	}
+}
