@@ -357,3 +357,37 @@ func TestDockerRefusesPlaybookOutsideTheJobDirectory(t *testing.T) {
 		t.Errorf("containers made: %v", ids)
 	}
 }
+
+// TestMeasureEngineLatency is a measurement, not a check (docs/benchmarks.md): it runs the same
+// tiny playbook several times with each engine, one job at a time, and logs the time from Start
+// to the start record and to the end record. Run it with
+// RTE_MEASURE=1 go test -count=1 -v -run TestMeasureEngineLatency ./jobs
+func TestMeasureEngineLatency(t *testing.T) {
+	if os.Getenv("RTE_MEASURE") == "" {
+		t.Skip("a measurement: set RTE_MEASURE=1 to run it")
+	}
+	const runs = 5
+	for _, engine := range []string{"process", "docker"} {
+		mutate := func(cfg *jobs.Config) { cfg.Files = copyFiles{} }
+		var e *testEnv
+		if engine == "docker" {
+			e, _ = newDockerEnv(t, "docker-test-measure", mutate)
+		} else {
+			e = newTestEnv(t, mutate)
+		}
+		var toStart, toEnd []time.Duration
+		for i := range runs {
+			id := engine + "-measure-" + string(rune('a'+i))
+			js := jobStart(id, "success.yml")
+			js.Extravars = json.RawMessage(`{"greeting": "x"}`)
+			t0 := time.Now()
+			e.start(t, js)
+			e.rec.waitFor(t, id, "the start record", func(r []protocol.Record) bool { return len(r) > 0 })
+			toStart = append(toStart, time.Since(t0))
+			recs := e.rec.waitEnd(t, id)
+			toEnd = append(toEnd, time.Since(t0))
+			wantEnd(t, recs, protocol.StatusSuccess, 0)
+		}
+		t.Logf("%s: Start to start record %v; Start to end record %v", engine, toStart, toEnd)
+	}
+}
