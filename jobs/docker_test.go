@@ -391,3 +391,24 @@ func TestMeasureEngineLatency(t *testing.T) {
 		t.Logf("%s: Start to start record %v; Start to end record %v", engine, toStart, toEnd)
 	}
 }
+
+// Drain waits for containers as for process groups: past its grace it stops the job's
+// container, which ends abandoned and is removed.
+func TestDockerDrainAbandons(t *testing.T) {
+	t.Parallel()
+	e, cli := newDockerEnv(t, "docker-test-drain", nil)
+	e.start(t, jobStart("ddrain-1", "sleep.yml"))
+	e.rec.waitFor(t, "ddrain-1", "the sleep task", func(r []protocol.Record) bool {
+		return strings.Contains(outputText(t, r), "sleep a while")
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), safetyNet)
+	defer cancel()
+	if err := e.m.Drain(ctx, 500*time.Millisecond); err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+	recs := e.rec.records("ddrain-1")
+	wantEnd(t, recs, protocol.StatusAbandoned, anyCode)
+	if ids := containersOf(t, cli, "docker-test-drain", "ddrain-1"); len(ids) != 0 {
+		t.Errorf("containers left after the drain: %v", ids)
+	}
+}
