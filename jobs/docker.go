@@ -211,7 +211,7 @@ func (d *dockerEngine) start(ctx context.Context, l launch) (running, *os.File, 
 			CapDrop:        []string{"ALL"},
 			ReadonlyRootfs: true,
 			Tmpfs:          d.tmpfs(),
-			Resources:      container.Resources{NanoCPUs: d.cfg.NanoCPUs, Memory: d.cfg.MemoryBytes},
+			Resources:      d.resources(),
 		},
 	})
 	if err != nil {
@@ -229,6 +229,16 @@ func (d *dockerEngine) start(ctx context.Context, l launch) (running, *os.File, 
 	}
 	d.log.Info("job container started", zap.String("job", l.job), zap.String("container", shortID(c.id)))
 	return c, p.out, p.ev, nil
+}
+
+// resources are the container's limits. Swap is held to the memory limit (no swap beyond it),
+// so RTE_JOB_MEMORY is the job's whole allowance, not half of it.
+func (d *dockerEngine) resources() container.Resources {
+	r := container.Resources{NanoCPUs: d.cfg.NanoCPUs, Memory: d.cfg.MemoryBytes}
+	if d.cfg.MemoryBytes > 0 {
+		r.MemorySwap = d.cfg.MemoryBytes
+	}
+	return r
 }
 
 // tmpfs are the container's writable places besides the job directory. ansible expands the
@@ -381,6 +391,8 @@ func (c *dockerRun) wait() error {
 	if !st.known {
 		// The engine lost track; kill it so it cannot run on unread.
 		c.kill("SIGKILL")
+	} else if c.oomKilled() {
+		st.note = "the container reached its memory limit (RTE_JOB_MEMORY) and the kernel killed a process in it"
 	}
 	c.remove()
 	c.mu.Lock()
@@ -391,6 +403,15 @@ func (c *dockerRun) wait() error {
 		f.Close()
 	}
 	return err
+}
+
+// oomKilled reports whether the engine saw the kernel kill a process of the container for
+// memory.
+func (c *dockerRun) oomKilled() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), dockerAPITimeout)
+	defer cancel()
+	ins, err := c.d.cli.ContainerInspect(ctx, c.id, client.ContainerInspectOptions{})
+	return err == nil && ins.Container.State != nil && ins.Container.State.OOMKilled
 }
 
 func (c *dockerRun) kill(sig string) {

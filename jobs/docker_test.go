@@ -412,3 +412,37 @@ func TestDockerDrainAbandons(t *testing.T) {
 		t.Errorf("containers left after the drain: %v", ids)
 	}
 }
+
+// PROCESS_MAX_BUFFER cuts a container's output exactly as a process group's.
+func TestDockerOutputCutAtMaxOutputBytes(t *testing.T) {
+	t.Parallel()
+	const limit = 4096
+	e, _ := newDockerEnv(t, "docker-test-big", func(c *jobs.Config) { c.MaxOutputBytes = limit })
+	e.start(t, jobStart("dbig-1", "big.yml"))
+	recs := e.rec.waitEnd(t, "dbig-1")
+	wantEnd(t, recs, protocol.StatusSuccess, 0)
+	if out := outputText(t, recs); len(out) > limit || len(out) < limit/2 {
+		t.Errorf("output is %d bytes, want at most %d (and most of it)", len(out), limit)
+	}
+	cuts := 0
+	for _, l := range logMessages(t, recs) {
+		if strings.Contains(l, "output cut at 4096 bytes") {
+			cuts++
+		}
+	}
+	if cuts != 1 || !strings.Contains(strings.Join(eventNames(t, recs), " "), "playbook_on_stats") {
+		t.Errorf("%d log records say the output was cut (want 1), events %v", cuts, eventNames(t, recs))
+	}
+}
+
+// A job that goes over RTE_JOB_MEMORY fails, and its end says the container hit the limit.
+func TestDockerMemoryLimit(t *testing.T) {
+	t.Parallel()
+	e, _ := newDockerEnv(t, "docker-test-memory", func(c *jobs.Config) { c.Containers.MemoryBytes = 160 << 20 })
+	e.start(t, jobStart("dmem-1", "memory.yml"))
+	recs := e.rec.waitEnd(t, "dmem-1")
+	end := wantEnd(t, recs, protocol.StatusFailed, anyCode)
+	if !strings.Contains(end.Message, "memory limit (RTE_JOB_MEMORY)") {
+		t.Errorf("end message %q, want it to name the memory limit; output:\n%s", end.Message, outputText(t, recs))
+	}
+}

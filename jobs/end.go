@@ -10,6 +10,14 @@ import (
 
 // endOf decides a started job's end from how its process ended and why it was stopped.
 func (r *runner) endOf(st exitStatus, waitErr error, signaled bool) protocol.EndData {
+	end := r.decideEnd(st, waitErr, signaled)
+	if st.note != "" && end.Status == protocol.StatusFailed {
+		end.Message += " (" + st.note + ")"
+	}
+	return end
+}
+
+func (r *runner) decideEnd(st exitStatus, waitErr error, signaled bool) protocol.EndData {
 	r.settle(len(r.unsynced))
 	code := st.code
 	if r.spoolErr != nil {

@@ -62,6 +62,9 @@ type exitStatus struct {
 	known  bool
 	code   int
 	signal syscall.Signal // non-zero when a signal ended it
+	// note is what the engine saw beside the exit status (a container that hit its memory
+	// limit), added to the end message of a failed job; "" for process groups.
+	note string
 }
 
 // processEngine runs each job as a process group under the RTE's own user (group.go).
