@@ -446,3 +446,33 @@ func TestDockerMemoryLimit(t *testing.T) {
 		t.Errorf("end message %q, want it to name the memory limit; output:\n%s", end.Message, outputText(t, recs))
 	}
 }
+
+// The same playbook gives the same records with either engine: the same output text, the same
+// events in the same order, the same end; only pids, uuids and times differ.
+func TestDockerRecordsMatchProcessRecords(t *testing.T) {
+	t.Parallel()
+	run := func(e *testEnv, id string) []protocol.Record {
+		js := jobStart(id, "success.yml")
+		js.Extravars = json.RawMessage(`{"greeting": "same"}`)
+		e.start(t, js)
+		return e.rec.waitEnd(t, id)
+	}
+	copying := func(cfg *jobs.Config) { cfg.Files = copyFiles{} }
+	inDocker, _ := newDockerEnv(t, "docker-test-same", nil)
+	docker := run(inDocker, "same-1")
+	process := run(newTestEnv(t, copying), "same-1") // the same id: the same job directory name
+	if a, b := outputText(t, process), outputText(t, docker); a != b {
+		t.Errorf("output differs:\nprocess:\n%s\ndocker:\n%s", a, b)
+	}
+	if a, b := strings.Join(eventNames(t, process), ","), strings.Join(eventNames(t, docker), ","); a != b {
+		t.Errorf("events differ:\nprocess: %s\ndocker:  %s", a, b)
+	}
+	if a, b := endOf(t, process), endOf(t, docker); a != b {
+		t.Errorf("ends differ: process %+v, docker %+v", a, b)
+	}
+	for _, recs := range [][]protocol.Record{process, docker} {
+		if recs[0].Kind != protocol.KindStart || recs[len(recs)-1].Kind != protocol.KindEnd {
+			t.Errorf("records %s, want start first and end last", dump(recs))
+		}
+	}
+}
