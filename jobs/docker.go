@@ -160,6 +160,12 @@ func (d *dockerEngine) start(ctx context.Context, l launch) (running, *os.File, 
 	if err := d.pull(ctx); err != nil {
 		return nil, nil, nil, err
 	}
+	// HOME is in the job directory: the host's means nothing in the image, and the job's own
+	// is removed with it.
+	home := filepath.Join(l.priv.dir, "home")
+	if err := os.Mkdir(home, 0o700); err != nil {
+		return nil, nil, nil, fmt.Errorf("make the job's home directory: %v", err)
+	}
 	outPath, evPath := filepath.Join(l.priv.dir, "output.pipe"), filepath.Join(l.priv.dir, "events.pipe")
 	p, err := openPipes(outPath, evPath)
 	if err != nil {
@@ -171,22 +177,13 @@ func (d *dockerEngine) start(ctx context.Context, l launch) (running, *os.File, 
 	}
 	env := make([]string, 0, len(l.env)+1)
 	for _, kv := range l.env {
-		// The host's PATH and HOME mean nothing in the image: its own PATH applies, and HOME
-		// is in the job directory, the one place the container may write that survives the run.
+		// The host's PATH means nothing in the image either: the image's own applies.
 		if k, _, _ := splitEnv(kv); k == "PATH" || k == "HOME" {
 			continue
 		}
 		env = append(env, kv)
 	}
-	env = append(env, "HOME="+filepath.Join(l.priv.dir, "home"))
-	if err := os.Mkdir(filepath.Join(l.priv.dir, "home"), 0o700); err != nil {
-		p.closeAll()
-		return nil, nil, nil, fmt.Errorf("make the job's home directory: %v", err)
-	}
-	if err := os.Lchown(filepath.Join(l.priv.dir, "home"), d.uid, d.gid); err != nil && os.Getuid() == 0 {
-		p.closeAll()
-		return nil, nil, nil, fmt.Errorf("hand the job's home directory to uid %d: %v", d.uid, err)
-	}
+	env = append(env, "HOME="+home)
 
 	yes := true
 	entry := append([]string{"/bin/sh", "-c", runScript, "sh", outPath, evPath, l.binary}, l.args...)
