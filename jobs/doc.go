@@ -26,10 +26,14 @@
 // It knows nothing about sockets: the session reads records from the spool.
 //
 // A job's run has four parts. The runner (run.go) owns the job's directory and the order of its
-// records. The process group (group.go) is the only code that starts, signals and waits for a
-// job's processes: it starts ansible-playbook as a group leader, stops the group (SIGTERM,
-// KillGrace, SIGKILL) and reaps the leader; another way of running the playbook, such as a
-// container engine, takes its place without the rest changing. The batches (batch.go) turn the
+// records. The engine (engine.go) is the only code that starts, signals and waits for a job's
+// processes, behind one small interface: the process group (group.go, the default) starts
+// ansible-playbook as a group leader, stops the group (SIGTERM, KillGrace, SIGKILL) and reaps
+// the leader; the docker engine (docker.go, Config.Containers) runs it in a fresh container per
+// job through the Docker Engine API, with only the job directory mounted, the same two streams
+// through named pipes, and the container stopped (SIGTERM, KillGrace, SIGKILL) and removed.
+// It refuses to make a container for a playbook outside the job directory, and jobs while the
+// engine does not answer or, under RTE_PULL=never, lacks the image (Ready). The batches (batch.go) turn the
 // pipes into output and events records, the recording (record.go) hands records to the
 // Recorder and stops the job when it fails, and end.go decides the end record from how the
 // process ended and why it was stopped.

@@ -4,16 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"syscall"
 
 	"github.com/rte-project/rte/protocol"
 )
 
 // endOf decides a started job's end from how its process ended and why it was stopped.
-func (r *runner) endOf(state *os.ProcessState, waitErr error, signaled bool) protocol.EndData {
+func (r *runner) endOf(st exitStatus, waitErr error, signaled bool) protocol.EndData {
+	end := r.decideEnd(st, waitErr, signaled)
+	if st.note != "" && end.Status == protocol.StatusFailed {
+		end.Message += " (" + st.note + ")"
+	}
+	return end
+}
+
+func (r *runner) decideEnd(st exitStatus, waitErr error, signaled bool) protocol.EndData {
 	r.settle(len(r.unsynced))
-	code := exitCode(state)
+	code := st.code
 	if r.spoolErr != nil {
 		return protocol.EndData{Status: protocol.StatusError, ExitCode: code, Message: fmt.Sprintf(
 			"spool failed (%v); the job was stopped and its records after that point are lost: check the spool volume's free space and health", r.spoolErr)}
@@ -21,15 +27,15 @@ func (r *runner) endOf(state *os.ProcessState, waitErr error, signaled bool) pro
 	if signaled {
 		return causeEnd(context.Cause(r.j.ctx), code, r.j.js.TimeoutS)
 	}
-	if state == nil {
+	if !st.known {
 		return protocol.EndData{Status: protocol.StatusError, ExitCode: code, Message: fmt.Sprintf("wait for ansible-playbook: %v", waitErr)}
 	}
 	if code == 0 {
 		return protocol.EndData{Status: protocol.StatusSuccess, ExitCode: 0, Message: "ansible-playbook exited 0"}
 	}
-	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+	if st.signal != 0 {
 		return protocol.EndData{Status: protocol.StatusFailed, ExitCode: code, Message: fmt.Sprintf(
-			"ansible-playbook was killed by signal %d (%v), not by the RTE", int(ws.Signal()), ws.Signal())}
+			"ansible-playbook was killed by signal %d (%v), not by the RTE", int(st.signal), st.signal)}
 	}
 	return protocol.EndData{Status: protocol.StatusFailed, ExitCode: code, Message: fmt.Sprintf("ansible-playbook exited %d: %s", code, exitMeaning(code))}
 }
@@ -47,18 +53,6 @@ func causeEnd(cause error, code, timeoutS int) protocol.EndData {
 		return protocol.EndData{Status: protocol.StatusError, ExitCode: code, Message: "stopped for no recorded reason"}
 	}
 	return protocol.EndData{Status: protocol.StatusError, ExitCode: code, Message: cause.Error()}
-}
-
-// exitCode is the process's exit status, 128+signal when a signal ended it (the shell's
-// convention), or -1 when there is no process state.
-func exitCode(state *os.ProcessState) int {
-	if state == nil {
-		return -1
-	}
-	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
-	}
-	return state.ExitCode()
 }
 
 // Exit statuses of ansible-core 2.14 (lib/ansible/cli/__init__.py and TaskQueueManager).

@@ -1,7 +1,6 @@
 package jobs
 
 import (
-	"os"
 	"os/exec"
 	"sync"
 	"syscall"
@@ -11,17 +10,17 @@ import (
 )
 
 // group is a running ansible-playbook and the process group it leads. It is the one place that
-// starts, signals and waits for a job's processes; the runner uses only startGroup, pid, wait,
-// stop and wasSignaled, and never touches a pid itself, so another way of running the playbook
-// (a container engine) can stand behind the same few calls without the record batching
-// noticing.
+// starts, signals and waits for a job's processes; the runner uses it only through the running
+// interface (engine.go), and never touches a pid itself, so another way of running the
+// playbook (a container engine, docker.go) stands behind the same few calls without the record
+// batching noticing.
 //
 // The group id stays ours while the leader is unreaped (a zombie keeps its pid), so signals go
 // out only until then: never to a group id the kernel has handed to someone else.
 type group struct {
-	cmd    *exec.Cmd
-	pgid   int
-	exited chan struct{} // closed by wait once the leader has exited and been reaped
+	cmd     *exec.Cmd
+	pgid    int
+	exitedC chan struct{} // closed by wait once the leader has exited and been reaped
 
 	mu       sync.Mutex // guards reaped and signaled
 	reaped   bool
@@ -37,14 +36,27 @@ func startGroup(cmd *exec.Cmd) (*group, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	return &group{cmd: cmd, pgid: cmd.Process.Pid, exited: make(chan struct{})}, nil
+	return &group{cmd: cmd, pgid: cmd.Process.Pid, exitedC: make(chan struct{})}, nil
 }
 
 // pid is the leader's process id.
 func (g *group) pid() int { return g.pgid }
 
-// state is how the leader ended; nil before wait returns, or when waiting failed.
-func (g *group) state() *os.ProcessState { return g.cmd.ProcessState }
+func (g *group) exited() <-chan struct{} { return g.exitedC }
+
+func (g *group) what() string { return "process group" }
+
+// status is how the leader ended; not known before wait returns, or when waiting failed.
+func (g *group) status() exitStatus {
+	state := g.cmd.ProcessState
+	if state == nil {
+		return exitStatus{code: -1}
+	}
+	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return exitStatus{known: true, code: 128 + int(ws.Signal()), signal: ws.Signal()}
+	}
+	return exitStatus{known: true, code: state.ExitCode()}
+}
 
 func (g *group) signal(sig syscall.Signal) {
 	g.mu.Lock()
@@ -66,7 +78,7 @@ func (g *group) wasSignaled() bool {
 // wait blocks until the leader exits, kills what it left in its group (nothing of a job
 // outlives it), then reaps the leader and closes exited. It is called once.
 func (g *group) wait() error {
-	defer close(g.exited)
+	defer close(g.exitedC)
 	if err := waitExited(g.pgid); err == nil {
 		g.mu.Lock()
 		if !g.reaped {
@@ -87,7 +99,7 @@ func (g *group) stop(grace time.Duration) (killed bool) {
 	t := time.NewTimer(grace)
 	defer t.Stop()
 	select {
-	case <-g.exited:
+	case <-g.exitedC:
 		return false
 	case <-t.C:
 	}

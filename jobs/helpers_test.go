@@ -323,6 +323,7 @@ func newTestEnv(t *testing.T, mutate func(*jobs.Config)) *testEnv {
 			t.Errorf("Drain at cleanup: %v", err)
 		}
 		m.Wait()
+		_ = m.Close()
 	})
 	return &testEnv{m: m, rec: rec, work: cfg.WorkDir}
 }

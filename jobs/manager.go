@@ -98,6 +98,11 @@ type Config struct {
 	// Healthy reports the spool's health; while it returns an error, new jobs are refused.
 	// Optional.
 	Healthy func() error
+	// Containers, when set, runs each job in its own container through the Docker Engine API
+	// (RTE_ENGINE=docker, docker.go); nil runs each job as a process group on this host
+	// (RTE_ENGINE=process, the default). AnsiblePlaybook is then looked up in the image, not
+	// here.
+	Containers *ContainerConfig
 }
 
 // Refusal is why Start did not take a job; it is what job.refused carries.
@@ -126,7 +131,8 @@ var (
 type Manager struct {
 	cfg      Config
 	log      *zap.Logger
-	binary   string   // cfg.AnsiblePlaybook resolved to a path
+	binary   string // cfg.AnsiblePlaybook resolved to a path (process engine)
+	engine   engine
 	reserved []string // env keys a job may not set
 	ran      *ledger
 	changed  chan struct{}
@@ -194,9 +200,14 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.AnsiblePlaybook == "" {
 		cfg.AnsiblePlaybook = DefaultAnsiblePlaybook
 	}
-	binary, err := exec.LookPath(cfg.AnsiblePlaybook)
-	if err != nil {
-		problems = append(problems, fmt.Errorf("jobs: find %s: %w (install ansible-core)", cfg.AnsiblePlaybook, err))
+	binary := cfg.AnsiblePlaybook
+	if cfg.Containers == nil {
+		var err error
+		if binary, err = exec.LookPath(cfg.AnsiblePlaybook); err != nil {
+			problems = append(problems, fmt.Errorf("jobs: find %s: %w (install ansible-core)", cfg.AnsiblePlaybook, err))
+		}
+	} else if err := cfg.Containers.validate(); err != nil {
+		problems = append(problems, fmt.Errorf("jobs: %w", err))
 	}
 	if len(problems) > 0 {
 		return nil, errors.Join(problems...)
@@ -217,7 +228,14 @@ func New(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jobs: %w", err)
 	}
+	var eng engine = processEngine{pluginPath: cfg.PluginDir}
+	if cfg.Containers != nil {
+		if eng, err = newDockerEngine(*cfg.Containers, cfg.PluginDir, cfg.Logger.Named("jobs")); err != nil {
+			return nil, fmt.Errorf("jobs: %w", err)
+		}
+	}
 	m := &Manager{
+		engine:   eng,
 		ran:      ran,
 		cfg:      cfg,
 		log:      cfg.Logger.Named("jobs"),
@@ -347,6 +365,9 @@ func (m *Manager) check(js *protocol.JobStart) (map[string]string, error) {
 			return nil, refuse(protocol.RefusedInvalid, "%v", err)
 		}
 	}
+	if err := m.Ready(context.Background()); err != nil {
+		return nil, refuse(protocol.RefusedFull, "%v", err)
+	}
 	secrets := make(map[string]string, len(js.Secrets))
 	for name, sealed := range js.Secrets {
 		plain, err := protocol.OpenSecret(m.cfg.Token, js.Job, sealed)
@@ -356,6 +377,19 @@ func (m *Manager) check(js *protocol.JobStart) (map[string]string, error) {
 		secrets[name] = plain
 	}
 	return secrets, nil
+}
+
+// engineCheckTimeout bounds one question to the container engine (is it there, is the image):
+// a daemon that does not answer in that time is as good as gone for a job.
+const engineCheckTimeout = 5 * time.Second
+
+// Ready reports whether the engine could start a job now: always nil for process groups; for
+// containers, whether the engine answers and has the image it needs. Start refuses jobs "full"
+// while it fails, and /ready shows its error.
+func (m *Manager) Ready(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, engineCheckTimeout)
+	defer cancel()
+	return m.engine.ready(ctx)
 }
 
 // Cancel signals the job's process group (SIGTERM, then SIGKILL after KillGrace); the job ends
@@ -478,6 +512,10 @@ waitGrace:
 
 // Wait blocks until every job goroutine has returned. It does not stop jobs: call Drain first.
 func (m *Manager) Wait() { m.wg.Wait() }
+
+// Close releases the engine's connection (a container engine's API client). Call it after
+// Wait; the Manager takes no job afterwards.
+func (m *Manager) Close() error { return m.engine.close() }
 
 // run is a job's goroutine: it runs the job, records its end, and forgets it.
 func (m *Manager) run(j *job) {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"time"
@@ -128,35 +127,30 @@ func (r *runner) run() protocol.EndData {
 			name, secretOptions[name])})
 	}
 
-	outR, outW, err := os.Pipe()
+	pluginDir, err := r.m.engine.pluginDir(priv)
 	if err != nil {
-		return errorEnd("make output pipe: %v", err)
+		return errorEnd("%v", err)
 	}
-	evR, evW, err := os.Pipe()
+	g, outR, evR, err := r.m.engine.start(r.j.ctx, launch{
+		job:    r.j.id,
+		jobDir: r.dir,
+		priv:   priv,
+		binary: r.m.binary,
+		args:   buildArgs(r.j.js, ws, priv),
+		env:    append(buildEnv(r.cfg.BaseEnv, r.j.js.Env, pluginEnv(pluginDir), priv.tmp), JobIDEnv+"="+r.j.id),
+		dir:    ws.Dir,
+	})
 	if err != nil {
-		outR.Close()
-		outW.Close()
-		return errorEnd("make events pipe: %v", err)
+		// An engine that talks to a daemon gives up when the job is stopped mid-start (a
+		// cancel while the image is pulled): that is the stop's end, not an error.
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			if end, ok := r.stoppedBeforeStart(); ok {
+				return end
+			}
+		}
+		return errorEnd("%v", err)
 	}
-	cmd := &exec.Cmd{
-		Path:       r.m.binary,
-		Args:       append([]string{r.m.binary}, buildArgs(r.j.js, ws, priv)...),
-		Env:        append(buildEnv(r.cfg.BaseEnv, r.j.js.Env, pluginEnv(r.cfg.PluginDir), priv.tmp), JobIDEnv+"="+r.j.id),
-		Dir:        ws.Dir,
-		Stdout:     outW, // one pipe for both keeps their order
-		Stderr:     outW,
-		ExtraFiles: []*os.File{evW}, // fd 3, eventsFD
-	}
-	g, err := startGroup(cmd)
-	// The child has its copies; without closing ours, the pipes never reach EOF.
-	outW.Close()
-	evW.Close()
-	if err != nil {
-		outR.Close()
-		evR.Close()
-		return errorEnd("start %s: %v", r.m.binary, err)
-	}
-	r.log.Info("ansible-playbook started", zap.Int("pid", g.pid()))
+	r.log.Info("ansible-playbook started", zap.Int("pid", g.pid()), zap.String("engine", g.what()))
 	return r.supervise(g, outR, evR)
 }
 
@@ -172,7 +166,7 @@ func (r *runner) stoppedBeforeStart() (protocol.EndData, bool) {
 
 // supervise streams the running process's output and events into records until it has exited
 // and both pipes are closed, and returns its end.
-func (r *runner) supervise(g *group, outR, evR *os.File) protocol.EndData {
+func (r *runner) supervise(g running, outR, evR *os.File) protocol.EndData {
 	notes := make(chan protocol.LogData, 1)
 	out, ev := newPipeReader(outR), newPipeReader(evR)
 	var waitErr error
@@ -200,7 +194,7 @@ func (r *runner) supervise(g *group, outR, evR *os.File) protocol.EndData {
 		r.appendLog(n.Level, "%s", n.Message)
 	}
 
-	outCh, evCh, exitedC := out.ch, ev.ch, g.exited
+	outCh, evCh, exitedC := out.ch, ev.ch, g.exited()
 	for outCh != nil || evCh != nil || exitedC != nil {
 		select {
 		case b, ok := <-outCh:
@@ -256,25 +250,25 @@ func (r *runner) supervise(g *group, outR, evR *os.File) protocol.EndData {
 	if r.notJSON > 0 || r.tooLong > 0 {
 		r.appendLog(protocol.LevelWarn, "dropped %d event lines from the af_events plugin: %d not JSON, %d over %d bytes", r.notJSON+r.tooLong, r.notJSON, r.tooLong, maxEventBytes)
 	}
-	return r.endOf(g.state(), waitErr, g.wasSignaled())
+	return r.endOf(g.status(), waitErr, g.wasSignaled())
 }
 
-// watch stops the process group once the job's context ends (cancel, timeout, drain, spool
+// watch stops the process group (or container) once the job's context ends (cancel, timeout, drain, spool
 // failure): SIGTERM, then SIGKILL if the process has not exited after KillGrace. It returns
 // when the process has exited or SIGKILL was sent.
-func (r *runner) watch(g *group, notes chan<- protocol.LogData) {
+func (r *runner) watch(g running, notes chan<- protocol.LogData) {
 	select {
-	case <-g.exited:
+	case <-g.exited():
 		return
 	case <-r.j.ctx.Done():
 	}
-	r.log.Info("stopping the job's process group", zap.String("cause", context.Cause(r.j.ctx).Error()))
+	r.log.Info("stopping the job's "+g.what(), zap.String("cause", context.Cause(r.j.ctx).Error()))
 	if !g.stop(r.cfg.KillGrace) {
 		return
 	}
-	r.log.Warn("process group ignored SIGTERM; sent SIGKILL", zap.Duration("kill_grace", r.cfg.KillGrace))
+	r.log.Warn(g.what()+" ignored SIGTERM; sent SIGKILL", zap.Duration("kill_grace", r.cfg.KillGrace))
 	notes <- protocol.LogData{Level: protocol.LevelWarn, Message: fmt.Sprintf(
-		"ansible-playbook did not exit within %s of SIGTERM; sent SIGKILL to its process group", r.cfg.KillGrace)}
+		"ansible-playbook did not exit within %s of SIGTERM; sent SIGKILL to its %s", r.cfg.KillGrace, g.what())}
 }
 
 // cleanup releases the prepared files and removes the job directory, secrets included.

@@ -53,6 +53,7 @@ func (s *Settings) check(p *Problems, vars map[string]string, hostname string, f
 	s.checkURLs(p)
 	s.checkFiles(p)
 	s.checkLimits(p, failed)
+	s.checkEngine(p)
 
 	switch s.LogLevel {
 	case "debug", "info", "warn", "error":

@@ -98,6 +98,22 @@ type Settings struct {
 	// WorkPath is where each job's private directory is made.
 	WorkPath string `env:"RTE_WORK_PATH" envDefault:"jobs"`
 
+	// Engine is how each job runs: process (a process group under the RTE's user, the
+	// default) or docker (a container per job through the Docker Engine API at EngineHost,
+	// from Image). podman is refused for now (docs/engines.md).
+	Engine     string `env:"RTE_ENGINE" envDefault:"process"`
+	Image      string `env:"RTE_IMAGE"`
+	EngineHost string `env:"RTE_ENGINE_HOST" envDefault:"unix:///var/run/docker.sock"`
+	// Pull is never, if-missing or always; never suits a DMZ without a registry.
+	Pull string `env:"RTE_PULL" envDefault:"never"`
+	// JobNetwork is the network each job's container joins; none cuts it off.
+	JobNetwork string `env:"RTE_JOB_NETWORK" envDefault:"bridge"`
+	// JobCPUs (a decimal number of CPUs) and JobMemory (bytes with an optional k, m or g)
+	// limit each job's container; empty sets no limit. Read them with JobNanoCPUs and
+	// JobMemoryBytes.
+	JobCPUs   string `env:"RTE_JOB_CPUS"`
+	JobMemory string `env:"RTE_JOB_MEMORY"`
+
 	// JobEnvAllow is RTE_JOB_ENV_ALLOW: the names, and NAME_* prefix patterns, of the RTE's
 	// own environment variables passed into each job; everything else of the RTE's environment
 	// (its tokens, proxies for the app) never reaches ansible. A name listed exactly also lets

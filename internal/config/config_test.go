@@ -72,6 +72,15 @@ func TestRefusals(t *testing.T) {
 		{"join token with trailing space", with("RTE_JOIN_TOKEN=join-secret "), "RTE_JOIN_TOKEN", "spaces at either end"},
 		{"metrics token with newline", with("METRICS_TOKEN=metrics\nsecret"), "METRICS_TOKEN", "control characters"},
 		{"unknown mode", with("RTE_MODE=sideways"), "RTE_MODE", "not a mode"},
+		{"unknown engine", with("RTE_ENGINE=lxc"), "RTE_ENGINE", "not an engine"},
+		{"podman not yet", with("RTE_ENGINE=podman"), "RTE_ENGINE", "not supported yet"},
+		{"docker without image", with("RTE_ENGINE=docker"), "RTE_IMAGE", "required with RTE_ENGINE=docker"},
+		{"image with a space", with("RTE_ENGINE=docker", "RTE_IMAGE=rte dev"), "RTE_IMAGE", "not an image reference"},
+		{"docker with local files", with("RTE_ENGINE=docker", "RTE_IMAGE=rte:dev", "RTE_FILES=local", "ANSIBLE_PATH=/a", "REPO_PATH=/r"), "RTE_ENGINE", "RTE_FILES=local"},
+		{"bad pull policy", with("RTE_ENGINE=docker", "RTE_IMAGE=rte:dev", "RTE_PULL=sometimes"), "RTE_PULL", "not a pull policy"},
+		{"bad engine host", with("RTE_ENGINE=docker", "RTE_IMAGE=rte:dev", "RTE_ENGINE_HOST=/var/run/docker.sock"), "RTE_ENGINE_HOST", "unix:///var/run/docker.sock"},
+		{"bad cpus", with("RTE_ENGINE=docker", "RTE_IMAGE=rte:dev", "RTE_JOB_CPUS=-1"), "RTE_JOB_CPUS", "not a number of CPUs"},
+		{"bad memory", with("RTE_ENGINE=docker", "RTE_IMAGE=rte:dev", "RTE_JOB_MEMORY=1k"), "RTE_JOB_MEMORY", "at least 6m"},
 		{"database mode", with("RTE_MODE=database"), "RTE_MODE", "database mode (7.0-7.2"},
 		{"database mode names leftovers", with("RTE_MODE=database", "DB_HOST=db"), "RTE_MODE", "remove DB_HOST"},
 		{"database mode points at the doc", with("RTE_MODE=database"), "RTE_MODE", "docs/migration-from-database-mode.md"},
@@ -305,8 +314,8 @@ func TestEffectiveHidesSecrets(t *testing.T) {
 		"HTTPS_PROXY=http://proxyuser:proxy-password@proxy.example.com:3128",
 	))
 	eff := s.Effective()
-	if len(eff) != 32 {
-		t.Errorf("want the 32 variables of docs/settings.md, got %d", len(eff))
+	if len(eff) != 39 {
+		t.Errorf("want the 39 variables of docs/settings.md, got %d", len(eff))
 	}
 	want := map[string]string{
 		"RTE_TOKEN":      "set (fingerprint " + protocol.TokenFingerprint(token) + ")",
@@ -441,8 +450,8 @@ func FuzzLoad(f *testing.F) {
 			}
 			return
 		}
-		if got := len(s.Effective()); got != 32 {
-			t.Fatalf("%s=%q: want 32 effective settings, got %d", name, value, got)
+		if got := len(s.Effective()); got != 39 {
+			t.Fatalf("%s=%q: want 39 effective settings, got %d", name, value, got)
 		}
 		want := "set (fingerprint " + protocol.TokenFingerprint(string(s.Token)) + ")"
 		for _, st := range s.Effective() {

@@ -57,7 +57,12 @@ func (r *rte) run(ctx context.Context, ln net.Listener) error {
 		return err
 	}
 	defer r.spool.Close()
-	defer r.runner.Wait() // before the spool closes: a job's last records go there
+	// Wait before the spool closes: a job's last records go there; then the engine's
+	// connection goes.
+	defer func() {
+		r.runner.Wait()
+		_ = r.runner.Close()
+	}()
 	r.openSessions()
 	if err := r.openServer(); err != nil {
 		return err
@@ -165,7 +170,9 @@ func (r *rte) openJobs() (err error) {
 		}
 		return len(r.runner.Running())
 	})
-	if r.spool, err = openSpool(r.s, r.log, met); err != nil {
+	containers := r.containerConfig()
+	removed := removeLeftContainers(containers, r.log)
+	if r.spool, err = openSpool(r.s, r.log, met, removed); err != nil {
 		return err
 	}
 	defer func() {
@@ -199,8 +206,25 @@ func (r *rte) openJobs() (err error) {
 		EnvAllow:       allow,
 		RanLedger:      filepath.Join(r.s.WorkPath, "ran-jobs"),
 		Healthy:        r.spool.Healthy,
+		Containers:     containers,
 	})
 	return err
+}
+
+// containerConfig is RTE_ENGINE=docker's part of the settings, nil for process groups.
+func (r *rte) containerConfig() *jobs.ContainerConfig {
+	if r.s.Engine != config.EngineDocker {
+		return nil
+	}
+	return &jobs.ContainerConfig{
+		Host:        r.s.EngineHost,
+		Image:       r.s.Image,
+		Pull:        r.s.Pull,
+		Network:     r.s.JobNetwork,
+		NanoCPUs:    r.s.JobNanoCPUs(),
+		MemoryBytes: r.s.JobMemoryBytes(),
+		Name:        r.s.Name,
+	}
 }
 
 // openSessions makes the session Manager, the one owner of the socket to the app.
@@ -221,7 +245,7 @@ func (r *rte) openSessions() {
 	})
 	r.files.fetch = r.sessions
 	registerSocketState(r.reg, r.sessions)
-	r.ready = readiness{outbound: r.s.Mode == protocol.ModeOutbound, spool: r.spool, socket: r.sessions}
+	r.ready = readiness{outbound: r.s.Mode == protocol.ModeOutbound, spool: r.spool, socket: r.sessions, engine: r.runner.Ready}
 }
 
 // ansibleVersion asks ansible-playbook for its version for the hello; an RTE without ansible

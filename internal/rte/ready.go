@@ -1,6 +1,7 @@
 package rte
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -11,7 +12,10 @@ import (
 type readiness struct {
 	outbound bool
 	spool    interface{ Healthy() error }
-	socket   interface {
+	// engine reports whether the job engine could start a job (jobs.Manager.Ready); nil
+	// always could.
+	engine func(context.Context) error
+	socket interface {
 		Connected() bool
 		Welcomed() (approved, ok bool)
 	}
@@ -36,11 +40,12 @@ func (r *readiness) drain() {
 // check is nil when ready, else the reason /ready shows.
 func (r *readiness) check() error {
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	started, draining := r.started, r.draining
+	r.mu.Unlock()
 	switch {
-	case !r.started:
+	case !started:
 		return errors.New("starting")
-	case r.draining:
+	case draining:
 		return errors.New("draining")
 	}
 	if err := r.spool.Healthy(); err != nil {
@@ -54,6 +59,12 @@ func (r *readiness) check() error {
 		}
 		if _, ok := r.socket.Welcomed(); !ok {
 			return errors.New("socket to the app open, waiting for its welcome")
+		}
+	}
+	// Asked without the lock: a container engine's answer takes a round trip.
+	if r.engine != nil {
+		if err := r.engine(context.Background()); err != nil {
+			return fmt.Errorf("job engine: %w", err)
 		}
 	}
 	return nil

@@ -1,11 +1,13 @@
 package rte
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -18,7 +20,8 @@ import (
 
 // openSpool opens the spool and ends every job that was running when the RTE last stopped:
 // its process died with the RTE, so it gets a log record saying so and an end "abandoned".
-func openSpool(s *config.Settings, logger *zap.Logger, met *jobMetrics) (*spool.Spool, error) {
+// removed names the jobs whose containers removeLeftContainers removed just before.
+func openSpool(s *config.Settings, logger *zap.Logger, met *jobMetrics, removed map[string]bool) (*spool.Spool, error) {
 	sp, err := spool.Open(s.SpoolPath, spool.Options{Logger: logger.Named("spool")})
 	if err != nil {
 		return nil, fmt.Errorf("open spool (RTE_SPOOL_PATH): %w", err)
@@ -27,15 +30,18 @@ func openSpool(s *config.Settings, logger *zap.Logger, met *jobMetrics) (*spool.
 		if j.Ended {
 			continue
 		}
-		if pid := startPID(sp, j.Job); pid > 0 {
+		if pid := startPID(sp, j.Job); pid > 0 && !removed[j.Job] {
 			if n, err := jobs.KillLeftovers(j.Job, pid); err != nil {
 				logger.Warn("could not look for processes left by a job", zap.String("job", j.Job), zap.Error(err))
 			} else if n > 0 {
 				logger.Warn("stopped processes left running by the previous start", zap.String("job", j.Job), zap.Int("processes", n))
 			}
 		}
-		logData, _ := json.Marshal(protocol.LogData{Level: protocol.LevelError,
-			Message: "the RTE stopped while this job ran (killed, crashed or restarted); its process is gone"})
+		msg := "the RTE stopped while this job ran (killed, crashed or restarted); its process is gone"
+		if removed[j.Job] {
+			msg = "the RTE stopped while this job ran (killed, crashed or restarted); its container was stopped and removed"
+		}
+		logData, _ := json.Marshal(protocol.LogData{Level: protocol.LevelError, Message: msg})
 		endData, _ := json.Marshal(protocol.EndData{Status: protocol.StatusAbandoned, ExitCode: -1,
 			Message: "the RTE restarted while the job ran"})
 		if _, err := sp.Append(j.Job, protocol.KindLog, logData); err != nil {
@@ -48,6 +54,29 @@ func openSpool(s *config.Settings, logger *zap.Logger, met *jobMetrics) (*spool.
 		logger.Warn("ended a job left running by the previous start", zap.String("job", j.Job), zap.Int64("last_seq", j.LastSeq))
 	}
 	return sp, nil
+}
+
+// removeLeftContainers removes the job containers the previous start of this RTE left (it was
+// killed, or the engine could not remove them), before their jobs are ended abandoned and
+// their directories emptied: nobody reads them any more, and reattaching is not done (see
+// docs/engines.md). It returns the jobs whose containers it removed. An engine that does not
+// answer is logged, not fatal: /ready says so, and the next start tries again.
+func removeLeftContainers(cfg *jobs.ContainerConfig, logger *zap.Logger) map[string]bool {
+	removed := map[string]bool{}
+	if cfg == nil {
+		return removed
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ids, err := jobs.RemoveContainers(ctx, *cfg)
+	for _, id := range ids {
+		removed[id] = true
+		logger.Warn("removed a job container left by the previous start", zap.String("job", id))
+	}
+	if err != nil {
+		logger.Error("could not remove the job containers left by the previous start; they are tried again at the next start", zap.Error(err))
+	}
+	return removed
 }
 
 // startPID is the pid in a job's start record (its process group), or 0.

@@ -85,7 +85,7 @@ type running struct {
 
 // env is an inbound RTE over TLS with its files in dir, running playbooks from e2e/testdata;
 // with a, it registers there and is approved by the join token.
-func env(t *testing.T, dir string, a *theApp, port int) []string {
+func env(t *testing.T, dir string, a *theApp, port int, extra ...string) []string {
 	testdata, err := filepath.Abs("../../e2e/testdata")
 	if err != nil {
 		t.Fatal(err)
@@ -100,19 +100,33 @@ func env(t *testing.T, dir string, a *theApp, port int) []string {
 	if a != nil {
 		e = append(e, "APP_URL="+a.url, fmt.Sprintf("RTE_URL=https://127.0.0.1:%d", port), "RTE_JOIN_TOKEN="+joinToken)
 	}
-	return e
+	return append(e, extra...)
 }
 
 // start runs the RTE in this process on a listener it makes on a free port (port 0) or the
 // port given (a restart), and waits until /ready answers.
 func start(t *testing.T, dir string, a *theApp, port int) *running {
 	t.Helper()
+	return startWith(t, dir, a, port)
+}
+
+// startWith is start with more settings (later ones win).
+func startWith(t *testing.T, dir string, a *theApp, port int, extra ...string) *running {
+	t.Helper()
+	r := launch(t, dir, a, port, extra...)
+	testenv.Eventually(t, time.Minute, "/ready 200", func() bool { code, _ := r.get("/ready"); return code == http.StatusOK })
+	return r
+}
+
+// launch runs the RTE like start, without waiting for /ready.
+func launch(t *testing.T, dir string, a *theApp, port int, extra ...string) *running {
+	t.Helper()
 	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 	if err != nil {
 		t.Fatal(err)
 	}
 	port = ln.Addr().(*net.TCPAddr).Port
-	s, err := config.Load(env(t, dir, a, port), "testhost")
+	s, err := config.Load(env(t, dir, a, port, extra...), "testhost")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +136,7 @@ func start(t *testing.T, dir string, a *theApp, port int) *running {
 	r := &running{t: t, url: fmt.Sprintf("https://127.0.0.1:%d", port), sigs: make(chan os.Signal, 2),
 		cancel: cancel, done: make(chan error, 1), logs: logs}
 	go func() {
-		r.done <- rte.Run(ctx, s, logger, rte.Options{Environ: env(t, dir, a, port), Signals: r.sigs, Listener: ln, Version: "1.2.3-test"})
+		r.done <- rte.Run(ctx, s, logger, rte.Options{Environ: env(t, dir, a, port, extra...), Signals: r.sigs, Listener: ln, Version: "1.2.3-test"})
 	}()
 	t.Cleanup(func() { r.stop() })
 	// Run owns s from here on (it resolves the paths in it): the test reads its own copy.
@@ -137,7 +151,6 @@ func start(t *testing.T, dir string, a *theApp, port int) *running {
 	// No keep-alive: an idle pooled connection would outlive the test and trip goleak.
 	r.probe = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, DisableKeepAlives: true}}
-	testenv.Eventually(t, time.Minute, "/ready 200", func() bool { code, _ := r.get("/ready"); return code == http.StatusOK })
 	return r
 }
 

@@ -1,0 +1,152 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/rte-project/rte/app"
+	"github.com/rte-project/rte/internal/testenv"
+	"github.com/rte-project/rte/jobs"
+	"github.com/rte-project/rte/protocol"
+)
+
+const (
+	engineHost  = "unix:///var/run/docker.sock"
+	engineImage = "rte:dev"
+)
+
+// dockerClient skips when no Docker engine answers or the job image is missing.
+func dockerClient(t *testing.T) *client.Client {
+	t.Helper()
+	cli, err := client.New(client.WithHost(engineHost), client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Skipf("no Docker client for %s: %v", engineHost, err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
+		t.Skipf("no Docker engine answers at %s: %v", engineHost, err)
+	}
+	if _, err := cli.ImageInspect(ctx, engineImage); err != nil {
+		t.Skipf("image %s is missing (build it with ./scripts/image rte): %v", engineImage, err)
+	}
+	return cli
+}
+
+// TestJobsInContainers runs the real rte binary with RTE_ENGINE=docker against the real app
+// half in transfer mode: success, failure, a masked secret, cancel, and a SIGKILL of the RTE
+// mid-job after which the job's container is gone and the job ends abandoned at the app.
+func TestJobsInContainers(t *testing.T) {
+	cli := dockerClient(t)
+	src := newPackSource(t)
+	r := newJobRig(t, withRTEEnv("RTE_FILES=transfer", "RTE_CACHE_PATH="+t.TempDir(),
+		"RTE_ENGINE=docker", "RTE_IMAGE="+engineImage, "RTE_ENGINE_HOST="+engineHost, "RTE_JOB_MEMORY=512m"),
+		withApp(func(c *app.Config) { c.Files = src }))
+	containers := func() []string {
+		res, err := cli.ContainerList(context.Background(), client.ContainerListOptions{All: true,
+			Filters: make(client.Filters).Add("label", jobs.LabelName+"="+r.Name)})
+		if err != nil {
+			t.Fatalf("list containers: %v", err)
+		}
+		var ids []string
+		for _, c := range res.Items {
+			ids = append(ids, c.ID[:12]+" "+c.Labels[jobs.LabelJob])
+		}
+		return ids
+	}
+
+	t.Run("success", func(t *testing.T) {
+		j := r.submit(protocol.JobStart{Playbook: "hello.yml", Inventories: []string{"local.ini"},
+			Extravars: json.RawMessage(`{"who":"container"}`)})
+		end := r.waitEnd(j.ID, 2*time.Minute)
+		s := r.story(j.ID)
+		if end.Status != protocol.StatusSuccess || s.End.ExitCode != 0 || s.Records[0].Kind != protocol.KindStart {
+			t.Fatalf("job %+v, end record %+v, want success after a start record", end, s.End)
+		}
+		if !strings.Contains(s.Output, "hello container") || !s.hasEvent("playbook_on_stats") {
+			t.Fatalf("output or events lack the playbook's: %v\n%s", s.eventNames(), s.Output)
+		}
+	})
+
+	t.Run("failure", func(t *testing.T) {
+		j := r.submit(protocol.JobStart{Playbook: "fail.yml", Inventories: []string{"local.ini"}})
+		end := r.waitEnd(j.ID, 2*time.Minute)
+		if s := r.story(j.ID); end.Status != protocol.StatusFailed || s.End.ExitCode != 2 || !s.hasEvent("runner_on_failed") {
+			t.Fatalf("job %+v end %+v, want failed with exit 2", end, s.End)
+		}
+	})
+
+	t.Run("no_log and a masked secret", func(t *testing.T) {
+		const secret = "vault-pw-c0n7a1"
+		j := r.submit(protocol.JobStart{Playbook: "secrets.yml", Inventories: []string{"local.ini"},
+			Extravars: json.RawMessage(`{"marker":"m42k","leak":"` + secret + `"}`),
+			Secrets:   map[string]string{"vault_password": secret}})
+		r.waitEnd(j.ID, 2*time.Minute)
+		s := r.story(j.ID)
+		for _, rec := range s.Records {
+			if strings.Contains(string(rec.Data), secret) || strings.Contains(string(rec.Data), "nolog-value-m42k") {
+				t.Fatalf("a secret or no_log value reached the app in %s record %d", rec.Kind, rec.Seq)
+			}
+		}
+		if !strings.Contains(s.Output, "the value is ********") {
+			t.Fatalf("the masked secret is not shown as ********:\n%s", s.Output)
+		}
+	})
+
+	t.Run("cancel", func(t *testing.T) {
+		j := r.submit(protocol.JobStart{Playbook: "sleep.yml", Inventories: []string{"local.ini"},
+			Extravars: json.RawMessage(`{"seconds":"307"}`)})
+		r.waitState(j.ID, app.JobRunning, time.Minute)
+		if err := r.App.Cancel(t.Context(), j.ID); err != nil {
+			t.Fatal(err)
+		}
+		if end := r.waitEnd(j.ID, time.Minute); end.Status != protocol.StatusCanceled {
+			t.Fatalf("job %+v, want canceled", end)
+		}
+		r.story(j.ID)
+		if left := containers(); len(left) != 0 {
+			t.Fatalf("containers after cancel: %v", left)
+		}
+	})
+
+	t.Run("SIGKILL mid-job", func(t *testing.T) {
+		j := r.submit(protocol.JobStart{Playbook: "sleep.yml", Inventories: []string{"local.ini"},
+			Extravars: json.RawMessage(`{"seconds":"309"}`)})
+		r.waitState(j.ID, app.JobRunning, time.Minute)
+		// The start record stored at the app: the container runs ansible-playbook.
+		if !testenv.Poll(time.Minute, func() bool { return len(r.records(j.ID)) > 0 }) {
+			t.Fatal("no record of the running job reached the app within a minute")
+		}
+		if left := containers(); len(left) != 1 {
+			t.Fatalf("containers of the running job: %v, want one", left)
+		}
+		r.Restart() // SIGKILL, then the same directory, spool and name
+		end := r.waitEnd(j.ID, 2*time.Minute)
+		if end.Status != protocol.StatusAbandoned {
+			t.Fatalf("job %+v, want abandoned after the RTE was killed", end)
+		}
+		s := r.story(j.ID) // every record once, in order, the end last
+		if !strings.Contains(s.Output+strings.Join(logTexts(s.Records), "\n"), "its container was stopped and removed") {
+			t.Errorf("no record says the container was removed")
+		}
+		if left := containers(); len(left) != 0 {
+			t.Fatalf("containers after the restart: %v", left)
+		}
+	})
+}
+
+func logTexts(recs []protocol.Record) []string {
+	var out []string
+	for _, rec := range recs {
+		if rec.Kind == protocol.KindLog {
+			out = append(out, string(rec.Data))
+		}
+	}
+	return out
+}
