@@ -20,7 +20,7 @@ const (
 	engineImage = "rte:dev"
 )
 
-// dockerClient skips when no Docker engine answers or the job image is missing.
+// dockerClient skips when no Docker engine answers, and builds the job image when it is missing.
 func dockerClient(t *testing.T) *client.Client {
 	t.Helper()
 	cli, err := client.New(client.WithHost(engineHost), client.WithAPIVersionNegotiation())
@@ -33,9 +33,7 @@ func dockerClient(t *testing.T) *client.Client {
 	if _, err := cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
 		t.Skipf("no Docker engine answers at %s: %v", engineHost, err)
 	}
-	if _, err := cli.ImageInspect(ctx, engineImage); err != nil {
-		t.Skipf("image %s is missing (build it with ./scripts/image rte): %v", engineImage, err)
-	}
+	testenv.RequireImage(t, engineImage, "rte")
 	return cli
 }
 

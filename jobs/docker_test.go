@@ -13,6 +13,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/jobs"
 	"github.com/rte-project/rte/protocol"
 )
@@ -47,7 +48,7 @@ func dockerConfig(name string) *jobs.ContainerConfig {
 		NanoCPUs: 1e9, MemoryBytes: 512 << 20}
 }
 
-// requireDocker skips without an engine or the image, and returns a client for the checks.
+// requireDocker skips without an engine, builds the image when it is missing, and returns a client for the checks.
 func requireDocker(t *testing.T) *client.Client {
 	t.Helper()
 	if testing.Short() {
@@ -63,9 +64,7 @@ func requireDocker(t *testing.T) *client.Client {
 	if _, err := cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
 		t.Skipf("no Docker engine answers at %s: %v", dockerHost, err)
 	}
-	if _, err := cli.ImageInspect(ctx, dockerImage); err != nil {
-		t.Skipf("image %s is missing (build it with ./scripts/image): %v", dockerImage, err)
-	}
+	testenv.RequireImage(t, dockerImage, "rte")
 	return cli
 }
 

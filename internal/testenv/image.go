@@ -1,0 +1,72 @@
+package testenv
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+)
+
+var (
+	imagesMu sync.Mutex
+	imageErr = map[string]error{} // by target, once built or failed
+)
+
+// RequireImage makes sure image (such as rte:dev) is in the local Docker engine: when it is
+// missing, scripts/image builds target (such as rte) once per test binary, and a failed build
+// fails t. A test that needs an image never skips for want of it where an engine answers: on a
+// fresh machine the engine starts empty, and a skip there would hide every container test. An
+// image that is present is used as it is, whatever commit built it; the tests that must run
+// this tree's binaries in an image (deploy, charts) build it themselves.
+func RequireImage(t T, image, target string) {
+	t.Helper()
+	if exec.Command("docker", "image", "inspect", image).Run() == nil {
+		return
+	}
+	imagesMu.Lock()
+	defer imagesMu.Unlock()
+	err, done := imageErr[target]
+	if !done {
+		err = buildImage(target)
+		imageErr[target] = err
+	}
+	if err != nil {
+		t.Fatalf("image %s is missing and could not be built: %v", image, err)
+	}
+}
+
+func buildImage(target string) error {
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(filepath.Join(root, "scripts", "image"), target)
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("scripts/image %s: %v\n%s", target, err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// moduleRoot is the directory holding go.mod, found from the working directory up: go test
+// runs a package's tests in the package's directory.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir || strings.TrimSpace(parent) == "" {
+			return "", fmt.Errorf("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
