@@ -475,3 +475,58 @@ func TestDockerRecordsMatchProcessRecords(t *testing.T) {
 		}
 	}
 }
+
+// A job may name an image RTE_IMAGES_ALLOW lets in, and runs in it; one it does not is refused
+// invalid before any container is made, naming what the RTE runs.
+func TestDockerJobImageAllowlist(t *testing.T) {
+	t.Parallel()
+	const tag = "rte-ee-test:1"
+	e, cli := newDockerEnv(t, "docker-test-images", func(cfg *jobs.Config) {
+		cfg.Containers.Allow = []string{"rte-ee-test:*", "registry.example/ee-*:*"}
+	})
+	ctx := context.Background()
+	if _, err := cli.ImageTag(ctx, client.ImageTagOptions{Source: dockerImage, Target: tag}); err != nil {
+		t.Fatalf("tag %s as %s: %v", dockerImage, tag, err)
+	}
+	t.Cleanup(func() { _, _ = cli.ImageRemove(context.Background(), tag, client.ImageRemoveOptions{}) })
+	if got := e.m.Images(); strings.Join(got, " ") != "rte:dev rte-ee-test:* registry.example/ee-*:*" {
+		t.Errorf("Images = %q, want the default first, then the allowlist", got)
+	}
+
+	for _, c := range []struct{ image, want string }{
+		{"rte-other:1", "image: rte-other:1 is not allowed on this RTE: it runs rte:dev, rte-ee-test:*, registry.example/ee-*:* (RTE_IMAGES_ALLOW)"},
+		{"registry.example/ee-x/evil:1", "not allowed"}, // * does not cross /
+		{"registry.example.evil/ee-1:1", "not allowed"},
+	} {
+		err := e.m.Start(&protocol.JobStart{Job: "dimg-refused", Playbook: "success.yml", Image: c.image})
+		var r *jobs.Refusal
+		if !errors.As(err, &r) || r.Code != protocol.RefusedInvalid || !strings.Contains(r.Message, c.want) {
+			t.Errorf("Start with image %s = %v, want invalid containing %q", c.image, err, c.want)
+		}
+	}
+	if ids := containersOf(t, cli, "docker-test-images", "dimg-refused"); len(ids) != 0 || e.rec.Has("dimg-refused") {
+		t.Errorf("a refused job left containers %v or records", ids)
+	}
+
+	// Allowed, but not on the engine under RTE_PULL=never: refused full before anything starts.
+	err := e.m.Start(&protocol.JobStart{Job: "dimg-missing", Playbook: "success.yml", Image: "rte-ee-test:missing"})
+	var r *jobs.Refusal
+	if !errors.As(err, &r) || r.Code != protocol.RefusedFull || !strings.Contains(r.Message, "rte-ee-test:missing (named by the job, allowed by RTE_IMAGES_ALLOW) is not on the container engine") {
+		t.Errorf("Start with a missing allowed image = %v, want full naming it", err)
+	}
+
+	js := jobStart("dimg-1", "success.yml")
+	js.Extravars = json.RawMessage(`{"greeting": "from-ee"}`)
+	js.Image = tag
+	e.start(t, js)
+	// The start record comes once the container runs; ansible takes seconds to start, so the
+	// container is still there to inspect (when it is not, the end below still counts).
+	e.rec.waitFor(t, "dimg-1", "the start record", func(r []protocol.Record) bool { return len(r) > 0 })
+	if ids := containersOf(t, cli, "docker-test-images", "dimg-1"); len(ids) == 1 {
+		if ins, err := cli.ContainerInspect(ctx, ids[0], client.ContainerInspectOptions{}); err == nil && ins.Container.Config.Image != tag {
+			t.Errorf("the job's container runs %q, want %q", ins.Container.Config.Image, tag)
+		}
+	}
+	recs := e.rec.waitEnd(t, "dimg-1")
+	wantEnd(t, recs, protocol.StatusSuccess, 0)
+}

@@ -135,6 +135,7 @@ func (r *runner) run() protocol.EndData {
 		job:    r.j.id,
 		jobDir: r.dir,
 		priv:   priv,
+		image:  r.j.js.Image,
 		binary: r.m.binary,
 		args:   buildArgs(r.j.js, ws, priv),
 		env:    append(buildEnv(r.cfg.BaseEnv, r.j.js.Env, pluginEnv(pluginDir), priv.tmp), JobIDEnv+"="+r.j.id),
