@@ -280,8 +280,38 @@ func (d *dockerEngine) resources() container.Resources {
 	if d.cfg.MemoryBytes > 0 {
 		r.MemorySwap = d.cfg.MemoryBytes
 	}
+	if d.cfg.Podman {
+		r.Ulimits = podmanUlimits()
+	}
 	return r
 }
+
+// podmanUlimits are the open-file and process limits of a job's container under Podman.
+// Without them Podman asks for its own defaults (a million open files), more than many
+// machines grant its service, and the start fails with "error setting rlimits". Nor are the
+// RTE's own limits a safe bound: the service may run with lower ones (here the RTE may have
+// 96362 processes and the service 32768). podmanLimit, the usual soft limit of a Linux login,
+// is granted everywhere and is plenty for ansible-playbook and its forks; an RTE whose own
+// soft limit is lower passes that on instead. Docker applies its daemon's defaults and needs
+// none.
+func podmanUlimits() []*container.Ulimit {
+	var out []*container.Ulimit
+	for _, l := range []struct {
+		name     string
+		resource int
+	}{{"nofile", unix.RLIMIT_NOFILE}, {"nproc", unix.RLIMIT_NPROC}} {
+		n := int64(podmanLimit)
+		var rl unix.Rlimit
+		if err := unix.Getrlimit(l.resource, &rl); err == nil && rl.Cur < uint64(n) {
+			n = int64(rl.Cur)
+		}
+		out = append(out, &container.Ulimit{Name: l.name, Soft: n, Hard: n})
+	}
+	return out
+}
+
+// podmanLimit is a job container's nofile and nproc limit under Podman (podmanUlimits).
+const podmanLimit = 1024
 
 // tmpfs are the container's writable places besides the job directory. ansible expands the
 // remote temp directory (~/.ansible/tmp) with the user's passwd home, not HOME, even for
@@ -291,6 +321,11 @@ func (d *dockerEngine) tmpfs() map[string]string {
 	t := map[string]string{"/tmp": "rw,nosuid,nodev,size=64m"}
 	if d.uid == nobody {
 		t["/nonexistent"] = fmt.Sprintf("rw,nosuid,nodev,size=64m,uid=%d,gid=%d,mode=0700", d.uid, d.gid)
+		if d.cfg.Podman {
+			// Podman refuses uid= and gid= on a tmpfs; the container runs one user only, so
+			// a sticky world-writable directory gives it the same.
+			t["/nonexistent"] = "rw,nosuid,nodev,size=64m,mode=1777"
+		}
 	}
 	return t
 }
