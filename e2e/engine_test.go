@@ -24,28 +24,45 @@ const (
 // dockerClient skips when no Docker engine answers, and builds the job image when it is missing.
 func dockerClient(t *testing.T) *client.Client {
 	t.Helper()
-	cli, err := client.New(client.WithHost(engineHost), client.WithAPIVersionNegotiation())
+	return engineClient(t, "docker", engineHost)
+}
+
+// engineClient skips when no engine answers at host.
+func engineClient(t *testing.T, engine, host string) *client.Client {
+	t.Helper()
+	cli, err := client.New(client.WithHost(host), client.WithAPIVersionNegotiation())
 	if err != nil {
-		t.Skipf("no Docker client for %s: %v", engineHost, err)
+		t.Skipf("no %s client for %s: %v", engine, host, err)
 	}
 	t.Cleanup(func() { cli.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
-		t.Skipf("no Docker engine answers at %s: %v", engineHost, err)
+		t.Skipf("no %s engine answers at %s: %v", engine, host, err)
 	}
-	testenv.RequireImage(t, engineImage, "rte")
+	if engine == "docker" {
+		testenv.RequireImage(t, engineImage, "rte")
+	}
 	return cli
 }
 
-// TestJobsInContainers runs the real rte binary with RTE_ENGINE=docker against the real app
-// half in transfer mode: success, failure, a masked secret, cancel, and a SIGKILL of the RTE
-// mid-job after which the job's container is gone and the job ends abandoned at the app.
+// TestJobsInContainers runs the real rte binary with RTE_ENGINE=docker, then podman, against
+// the real app half in transfer mode: the allowed images in hello, an image refused, success,
+// failure, a masked secret, cancel, timeout, capacity, a SIGKILL of the RTE mid-job after which
+// the job's container is gone and the job ends abandoned at the app, and a drain.
 func TestJobsInContainers(t *testing.T) {
-	cli := dockerClient(t)
+	t.Run("docker", func(t *testing.T) { containerSuite(t, "docker", engineHost) })
+	t.Run("podman", func(t *testing.T) {
+		dockerClient(t) // podman's copy of the image comes from Docker's store
+		containerSuite(t, "podman", testenv.PodmanHost(t, engineImage, "rte"))
+	})
+}
+
+func containerSuite(t *testing.T, engine, host string) {
+	cli := engineClient(t, engine, host)
 	src := newPackSource(t)
 	r := newJobRig(t, withRTEEnv("RTE_FILES=transfer", "RTE_CACHE_PATH="+t.TempDir(),
-		"RTE_ENGINE=docker", "RTE_IMAGE="+engineImage, "RTE_ENGINE_HOST="+engineHost, "RTE_JOB_MEMORY=512m",
+		"RTE_ENGINE="+engine, "RTE_IMAGE="+engineImage, "RTE_ENGINE_HOST="+host, "RTE_JOB_MEMORY=512m",
 		"RTE_IMAGES_ALLOW=registry.example/ee-*:*", "RTE_MAX_JOBS=1"),
 		withApp(func(c *app.Config) { c.Files = src }))
 	containers := func() []string {
