@@ -174,7 +174,7 @@ func TestDockerSuccess(t *testing.T) {
 		recs := e.rec.waitEnd(t, "dok-1")
 		e.rec.check(t, "dok-1", recs)
 		start := startOf(t, recs)
-		if start.PID <= 0 || start.Instance != "test-host" || start.Playbook != "success.yml" {
+		if start.PID <= 0 || start.Instance != "test-host" || start.Playbook != "success.yml" || start.Image != dockerImage {
 			t.Errorf("start = %+v, want the container's pid, instance test-host, playbook success.yml", start)
 		}
 		wantEnd(t, recs, protocol.StatusSuccess, 0)
@@ -634,5 +634,8 @@ func TestDockerJobImageAllowlist(t *testing.T) {
 		}
 		recs := e.rec.waitEnd(t, "dimg-1")
 		wantEnd(t, recs, protocol.StatusSuccess, 0)
+		if start := startOf(t, recs); start.Image != tag {
+			t.Errorf("start record %+v, want the image %s", start, tag)
+		}
 	})
 }

@@ -28,8 +28,8 @@ func TestSuccess(t *testing.T) {
 	recs := e.rec.waitEnd(t, "ok-1")
 
 	start := startOf(t, recs)
-	if start.PID <= 0 || start.Instance != "test-host" || start.Playbook != "success.yml" {
-		t.Errorf("start = %+v, want a pid, instance test-host, playbook success.yml", start)
+	if start.PID <= 0 || start.Instance != "test-host" || start.Playbook != "success.yml" || start.Image != "" {
+		t.Errorf("start = %+v, want a pid, instance test-host, playbook success.yml, no image", start)
 	}
 	wantEnd(t, recs, protocol.StatusSuccess, 0)
 	out := outputText(t, recs)

@@ -155,6 +155,17 @@ func (r *runner) run() protocol.EndData {
 	return r.supervise(g, outR, evR)
 }
 
+// image is the job image the job's container runs, "" for a process group.
+func (r *runner) image() string {
+	switch {
+	case r.cfg.Containers == nil:
+		return ""
+	case r.j.js.Image != "":
+		return r.j.js.Image
+	}
+	return r.cfg.Containers.Image
+}
+
 // stoppedBeforeStart reports the end of a job stopped before its process started.
 func (r *runner) stoppedBeforeStart() (protocol.EndData, bool) {
 	if r.j.ctx.Err() == nil {
@@ -190,7 +201,7 @@ func (r *runner) supervise(g running, outR, evR *os.File) protocol.EndData {
 		ev.run()
 	}()
 
-	r.appendJSON(protocol.KindStart, protocol.StartData{PID: g.pid(), Instance: r.cfg.Instance, Playbook: r.j.js.Playbook})
+	r.appendJSON(protocol.KindStart, protocol.StartData{PID: g.pid(), Instance: r.cfg.Instance, Playbook: r.j.js.Playbook, Image: r.image()})
 	for _, n := range r.notes {
 		r.appendLog(n.Level, "%s", n.Message)
 	}

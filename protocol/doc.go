@@ -21,5 +21,5 @@
 //	  Later, still 1 (new optional keys): job.start image (ValidImage), the job image to run
 //	  in; hello images (ValidImagePattern), the images the RTE allows. An older RTE ignores
 //	  image and runs the job in its default, so an app sends it only to an RTE whose hello
-//	  lists it.
+//	  lists it. The start record's data has image, the image a job's container ran.
 package protocol

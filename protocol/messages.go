@@ -216,6 +216,9 @@ type StartData struct {
 	PID      int    `json:"pid"`
 	Instance string `json:"instance"`
 	Playbook string `json:"playbook"`
+	// Image is the job image the job's container runs, with a container engine; absent for a
+	// process on the RTE's host. Optional.
+	Image string `json:"image,omitempty"`
 }
 
 // OutputData is the data of an output record: stdout and stderr as written, valid UTF-8.
