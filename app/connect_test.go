@@ -92,6 +92,9 @@ func TestConnectPinsTheApprovedCertificate(t *testing.T) {
 	if peer.Runner != "rte01" || peer.Hello.Name != "rte01" || peer.Hello.AnsibleVersion != "2.14.18" || peer.Conn.Subprotocol() != protocol.Subprotocol {
 		t.Errorf("peer is %q with hello %+v on subprotocol %q, want rte01, its hello, rte.v1", peer.Runner, peer.Hello, peer.Conn.Subprotocol())
 	}
+	if got := peer.Hello.Images; len(got) != 2 || got[0] != "rte:dev" || got[1] != "registry.example/ee-*:*" {
+		t.Errorf("hello images %q, want the runner's default and its allowlist", got)
+	}
 	if r := ta.runner(t, "rte01"); !r.LastSeen.Equal(ta.clock.Now()) || r.Files != protocol.FilesTransfer {
 		t.Errorf("runner last seen %s with files %q, want now and transfer", r.LastSeen, r.Files)
 	}

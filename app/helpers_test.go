@@ -215,7 +215,7 @@ func helloFrame(t testing.TB, protocolVersion int) []byte {
 		"type": "hello", "protocol": protocolVersion, "name": "rte01", "version": "1.2.3",
 		"instance": "host1", "mode": "inbound", "files": "transfer", "max_jobs": 10,
 		"running": []string{}, "spooled": []any{}, "token_fingerprint": protocol.TokenFingerprint(testToken),
-		"ansible_version": "2.14.18",
+		"ansible_version": "2.14.18", "images": []string{"rte:dev", "registry.example/ee-*:*"},
 	})
 	if err != nil {
 		t.Fatal(err)

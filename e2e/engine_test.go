@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,28 +24,46 @@ const (
 // dockerClient skips when no Docker engine answers, and builds the job image when it is missing.
 func dockerClient(t *testing.T) *client.Client {
 	t.Helper()
-	cli, err := client.New(client.WithHost(engineHost), client.WithAPIVersionNegotiation())
+	return engineClient(t, "docker", engineHost)
+}
+
+// engineClient skips when no engine answers at host.
+func engineClient(t *testing.T, engine, host string) *client.Client {
+	t.Helper()
+	cli, err := client.New(client.WithHost(host), client.WithAPIVersionNegotiation())
 	if err != nil {
-		t.Skipf("no Docker client for %s: %v", engineHost, err)
+		t.Skipf("no %s client for %s: %v", engine, host, err)
 	}
 	t.Cleanup(func() { cli.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
-		t.Skipf("no Docker engine answers at %s: %v", engineHost, err)
+		t.Skipf("no %s engine answers at %s: %v", engine, host, err)
 	}
-	testenv.RequireImage(t, engineImage, "rte")
+	if engine == "docker" {
+		testenv.RequireImage(t, engineImage, "rte")
+	}
 	return cli
 }
 
-// TestJobsInContainers runs the real rte binary with RTE_ENGINE=docker against the real app
-// half in transfer mode: success, failure, a masked secret, cancel, and a SIGKILL of the RTE
-// mid-job after which the job's container is gone and the job ends abandoned at the app.
+// TestJobsInContainers runs the real rte binary with RTE_ENGINE=docker, then podman, against
+// the real app half in transfer mode: the allowed images in hello, an image refused, success,
+// failure, a masked secret, cancel, timeout, capacity, a SIGKILL of the RTE mid-job after which
+// the job's container is gone and the job ends abandoned at the app, and a drain.
 func TestJobsInContainers(t *testing.T) {
-	cli := dockerClient(t)
+	t.Run("docker", func(t *testing.T) { containerSuite(t, "docker", engineHost) })
+	t.Run("podman", func(t *testing.T) {
+		dockerClient(t) // podman's copy of the image comes from Docker's store
+		containerSuite(t, "podman", testenv.PodmanHost(t, engineImage, "rte"))
+	})
+}
+
+func containerSuite(t *testing.T, engine, host string) {
+	cli := engineClient(t, engine, host)
 	src := newPackSource(t)
 	r := newJobRig(t, withRTEEnv("RTE_FILES=transfer", "RTE_CACHE_PATH="+t.TempDir(),
-		"RTE_ENGINE=docker", "RTE_IMAGE="+engineImage, "RTE_ENGINE_HOST="+engineHost, "RTE_JOB_MEMORY=512m"),
+		"RTE_ENGINE="+engine, "RTE_IMAGE="+engineImage, "RTE_ENGINE_HOST="+host, "RTE_JOB_MEMORY=512m",
+		"RTE_IMAGES_ALLOW=registry.example/ee-*:*", "RTE_MAX_JOBS=1"),
 		withApp(func(c *app.Config) { c.Files = src }))
 	containers := func() []string {
 		res, err := cli.ContainerList(context.Background(), client.ContainerListOptions{All: true,
@@ -58,6 +77,24 @@ func TestJobsInContainers(t *testing.T) {
 		}
 		return ids
 	}
+
+	t.Run("hello lists the images", func(t *testing.T) {
+		st, ok := r.App.Status(r.Name)
+		if got := strings.Join(st.Hello.Images, " "); !ok || got != engineImage+" registry.example/ee-*:*" {
+			t.Fatalf("hello images %q (connected %v), want RTE_IMAGE then RTE_IMAGES_ALLOW", got, ok)
+		}
+	})
+
+	t.Run("image not allowed", func(t *testing.T) {
+		j := r.submit(protocol.JobStart{Playbook: "hello.yml", Inventories: []string{"local.ini"}, Image: "registry.example/other:1"})
+		end := r.waitEnd(j.ID, time.Minute)
+		if end.Status != protocol.StatusError || !strings.Contains(end.Message, "image: registry.example/other:1 is not allowed on this RTE") {
+			t.Fatalf("job %+v, want an error end naming the image", end)
+		}
+		if left := containers(); len(left) != 0 {
+			t.Fatalf("containers after a refused image: %v", left)
+		}
+	})
 
 	t.Run("success", func(t *testing.T) {
 		j := r.submit(protocol.JobStart{Playbook: "hello.yml", Inventories: []string{"local.ini"},
@@ -113,6 +150,45 @@ func TestJobsInContainers(t *testing.T) {
 		}
 	})
 
+	t.Run("timeout", func(t *testing.T) {
+		j := r.submit(protocol.JobStart{Playbook: "sleep.yml", Inventories: []string{"local.ini"},
+			Extravars: json.RawMessage(`{"seconds":"313"}`), TimeoutS: 3})
+		if end := r.waitEnd(j.ID, 2*time.Minute); end.Status != protocol.StatusTimeout {
+			t.Fatalf("job %+v, want timeout", end)
+		}
+		r.story(j.ID)
+		if left := containers(); len(left) != 0 {
+			t.Fatalf("containers after the timeout: %v", left)
+		}
+	})
+
+	// RTE_MAX_JOBS=1: the second job waits in the app's queue while the first one's container
+	// runs, then runs; both succeed.
+	t.Run("capacity", func(t *testing.T) {
+		first := r.submit(protocol.JobStart{Playbook: "sleep.yml", Inventories: []string{"local.ini"},
+			Extravars: json.RawMessage(`{"seconds":"4"}`)})
+		r.waitState(first.ID, app.JobRunning, time.Minute)
+		second := r.submit(protocol.JobStart{Playbook: "hello.yml", Inventories: []string{"local.ini"},
+			Extravars: json.RawMessage(`{"who":"second"}`)})
+		for range 10 {
+			if j, err := r.App.GetJob(t.Context(), second.ID); err == nil && j.State == app.JobRunning {
+				if f, err := r.App.GetJob(t.Context(), first.ID); err == nil && f.State == app.JobRunning {
+					t.Fatalf("both jobs run at once with RTE_MAX_JOBS=1")
+				}
+			}
+			if left := containers(); len(left) > 1 {
+				t.Fatalf("containers %v, want at most one with RTE_MAX_JOBS=1", left)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		for _, j := range []*app.Job{first, second} {
+			if end := r.waitEnd(j.ID, 2*time.Minute); end.Status != protocol.StatusSuccess {
+				t.Fatalf("job %+v, want success", end)
+			}
+			r.story(j.ID)
+		}
+	})
+
 	t.Run("SIGKILL mid-job", func(t *testing.T) {
 		j := r.submit(protocol.JobStart{Playbook: "sleep.yml", Inventories: []string{"local.ini"},
 			Extravars: json.RawMessage(`{"seconds":"309"}`)})
@@ -136,6 +212,29 @@ func TestJobsInContainers(t *testing.T) {
 		if left := containers(); len(left) != 0 {
 			t.Fatalf("containers after the restart: %v", left)
 		}
+	})
+
+	// SIGTERM drains: the running job's container gets RTE_DRAIN_SECONDS, is then stopped and
+	// removed, and the job ends abandoned; the RTE exits 0.
+	t.Run("drain", func(t *testing.T) {
+		j := r.submit(protocol.JobStart{Playbook: "sleep.yml", Inventories: []string{"local.ini"},
+			Extravars: json.RawMessage(`{"seconds":"311"}`)})
+		r.waitState(j.ID, app.JobRunning, time.Minute)
+		if !testenv.Poll(time.Minute, func() bool { return len(containers()) == 1 }) {
+			t.Fatalf("containers of the running job: %v, want one", containers())
+		}
+		r.RTE.Signal(syscall.SIGTERM)
+		if code := r.RTE.Wait(time.Minute); code != 0 {
+			t.Fatalf("exit status %d after a drain, want 0", code)
+		}
+		if left := containers(); len(left) != 0 {
+			t.Fatalf("containers after the drain: %v", left)
+		}
+		r.Restart()
+		if end := r.waitEnd(j.ID, time.Minute); end.Status != protocol.StatusAbandoned {
+			t.Fatalf("job %+v, want abandoned after the drain ran out", end)
+		}
+		r.story(j.ID)
 	})
 }
 

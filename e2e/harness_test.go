@@ -29,7 +29,8 @@ func TestMain(m *testing.M) {
 	binDir = dir
 	code := func() int {
 		defer os.RemoveAll(dir)
-		defer stopPostgres() // pgstore_test.go
+		defer stopPostgres()       // pgstore_test.go
+		defer testenv.StopPodman() // engine_test.go
 		if err := testenv.Build(dir, "..", raceEnabled, "rte", "rte-app"); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1

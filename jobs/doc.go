@@ -32,8 +32,12 @@
 // the leader; the docker engine (docker.go, Config.Containers) runs it in a fresh container per
 // job through the Docker Engine API, with only the job directory mounted, the same two streams
 // through named pipes, and the container stopped (SIGTERM, KillGrace, SIGKILL) and removed.
+// The same code drives Podman through its Docker-compatible API (ContainerConfig.Podman).
 // It refuses to make a container for a playbook outside the job directory, and jobs while the
-// engine does not answer or, under RTE_PULL=never, lacks the image (Ready). The batches (batch.go) turn the
+// engine does not answer or, under RTE_PULL=never, lacks the image (Ready). A job may name its
+// image (protocol.JobStart.Image) only from ContainerConfig.Image and Allow
+// (RTE_IMAGES_ALLOW); any other, or any image without a container engine, is refused
+// invalid before anything starts. The batches (batch.go) turn the
 // pipes into output and events records, the recording (record.go) hands records to the
 // Recorder and stops the job when it fails, and end.go decides the end record from how the
 // process ended and why it was stopped.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -19,6 +20,8 @@ import (
 	"github.com/moby/moby/client"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/rte-project/rte/protocol"
 )
 
 // Pull policies of ContainerConfig.Pull (RTE_PULL).
@@ -48,8 +51,14 @@ const dockerAPITimeout = 30 * time.Second
 type ContainerConfig struct {
 	// Host is the engine's API address, DOCKER_HOST style (unix:///var/run/docker.sock).
 	Host string
-	// Image is RTE_IMAGE, the execution environment every job runs in.
+	// Image is RTE_IMAGE, the execution environment a job runs in unless it names another.
 	Image string
+	// Allow is RTE_IMAGES_ALLOW: the other images a job may name (protocol.JobStart.Image),
+	// exact references or patterns where * stands for any characters but "/" (path.Match).
+	Allow []string
+	// Podman is RTE_ENGINE=podman: the same API, through Podman's Docker-compatible service,
+	// with the few differences it needs (podmanUlimits).
+	Podman bool
 	// Pull is PullNever, PullIfMissing or PullAlways.
 	Pull string
 	// Network is RTE_JOB_NETWORK: the network the job's container joins ("none" cuts it off).
@@ -72,12 +81,38 @@ func (c *ContainerConfig) validate() error {
 	if c.Name == "" {
 		problems = append(problems, errors.New("Containers.Name (RTE_NAME) is required: it labels the job containers"))
 	}
+	for _, p := range c.Allow {
+		if _, err := path.Match(p, ""); err != nil || !protocol.ValidImagePattern(p) {
+			problems = append(problems, fmt.Errorf("Containers.Allow (RTE_IMAGES_ALLOW) has %q: not an image reference or pattern", p))
+		}
+	}
 	switch c.Pull {
 	case PullNever, PullIfMissing, PullAlways:
 	default:
 		problems = append(problems, fmt.Errorf("Containers.Pull (RTE_PULL) is %q: use never, if-missing or always", c.Pull))
 	}
 	return errors.Join(problems...)
+}
+
+// Images are the images a job may name, as hello shows them: the default first, then the
+// allowlist as the operator wrote it.
+func (c *ContainerConfig) Images() []string {
+	return append([]string{c.Image}, c.Allow...)
+}
+
+// allows reports whether a job may run in image: the default, or one the allowlist matches.
+// A pattern's * does not cross "/", so registry.example/ee-* never lets in a path below it
+// (registry.example/ee-x/../evil), nor another registry.
+func (c *ContainerConfig) allows(image string) bool {
+	if image == c.Image {
+		return true
+	}
+	for _, p := range c.Allow {
+		if ok, err := path.Match(p, image); err == nil && ok {
+			return true
+		}
+	}
+	return false
 }
 
 // newDockerClient talks to the engine at host, at the highest API version both sides know
@@ -119,18 +154,24 @@ func newDockerEngine(cfg ContainerConfig, plugins string, log *zap.Logger) (*doc
 	return &dockerEngine{cfg: cfg, cli: cli, log: log, uid: uid, gid: gid, plugins: plugins}, nil
 }
 
-func (d *dockerEngine) ready(ctx context.Context) error {
+func (d *dockerEngine) ready(ctx context.Context, image string) error {
 	if _, err := d.cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
 		return fmt.Errorf("the container engine at %s does not answer (RTE_ENGINE_HOST): %v", d.cfg.Host, err)
 	}
 	if d.cfg.Pull != PullNever {
 		return nil
 	}
-	if _, err := d.cli.ImageInspect(ctx, d.cfg.Image); err != nil {
+	setting := "RTE_IMAGE"
+	if image == "" {
+		image = d.cfg.Image
+	} else if image != d.cfg.Image {
+		setting = "named by the job, allowed by RTE_IMAGES_ALLOW"
+	}
+	if _, err := d.cli.ImageInspect(ctx, image); err != nil {
 		if cerrdefs.IsNotFound(err) {
-			return fmt.Errorf("the job image %s (RTE_IMAGE) is not on the container engine and RTE_PULL=never: load or build it there (./scripts/image builds rte:dev), or set RTE_PULL=if-missing", d.cfg.Image)
+			return fmt.Errorf("the job image %s (%s) is not on the container engine and RTE_PULL=never: load or build it there (./scripts/image builds rte:dev), or set RTE_PULL=if-missing", image, setting)
 		}
-		return fmt.Errorf("look up the job image %s (RTE_IMAGE): %v", d.cfg.Image, err)
+		return fmt.Errorf("look up the job image %s (%s): %v", image, setting, err)
 	}
 	return nil
 }
@@ -157,7 +198,11 @@ func (d *dockerEngine) start(ctx context.Context, l launch) (running, *os.File, 
 	if rel, err := filepath.Rel(l.jobDir, l.dir); err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
 		return nil, nil, nil, fmt.Errorf("the job's container sees only the job directory, but the playbook's directory is %s: run containers with RTE_FILES=transfer", l.dir)
 	}
-	if err := d.pull(ctx); err != nil {
+	image := l.image
+	if image == "" {
+		image = d.cfg.Image
+	}
+	if err := d.pull(ctx, image); err != nil {
 		return nil, nil, nil, err
 	}
 	// HOME is in the job directory: the host's means nothing in the image, and the job's own
@@ -191,7 +236,7 @@ func (d *dockerEngine) start(ctx context.Context, l launch) (running, *os.File, 
 	defer cancel()
 	created, err := d.cli.ContainerCreate(cctx, client.ContainerCreateOptions{
 		Config: &container.Config{
-			Image:      d.cfg.Image,
+			Image:      image,
 			User:       strconv.Itoa(d.uid) + ":" + strconv.Itoa(d.gid),
 			Env:        env,
 			Entrypoint: entry,
@@ -213,18 +258,18 @@ func (d *dockerEngine) start(ctx context.Context, l launch) (running, *os.File, 
 	})
 	if err != nil {
 		p.closeAll()
-		return nil, nil, nil, fmt.Errorf("create the job's container from %s: %v", d.cfg.Image, err)
+		return nil, nil, nil, fmt.Errorf("create the job's container from %s: %v", image, err)
 	}
 	c := &dockerRun{d: d, id: created.ID, done: make(chan struct{}), keep: p.keep}
 	if _, err := d.cli.ContainerStart(cctx, c.id, client.ContainerStartOptions{}); err != nil {
 		c.remove()
 		p.closeAll()
-		return nil, nil, nil, fmt.Errorf("start the job's container from %s: %v", d.cfg.Image, err)
+		return nil, nil, nil, fmt.Errorf("start the job's container from %s: %v", image, err)
 	}
 	if ins, err := d.cli.ContainerInspect(cctx, c.id, client.ContainerInspectOptions{}); err == nil && ins.Container.State != nil {
 		c.hostPID = ins.Container.State.Pid
 	}
-	d.log.Info("job container started", zap.String("job", l.job), zap.String("container", shortID(c.id)))
+	d.log.Info("job container started", zap.String("job", l.job), zap.String("image", image), zap.String("container", shortID(c.id)))
 	return c, p.out, p.ev, nil
 }
 
@@ -235,8 +280,38 @@ func (d *dockerEngine) resources() container.Resources {
 	if d.cfg.MemoryBytes > 0 {
 		r.MemorySwap = d.cfg.MemoryBytes
 	}
+	if d.cfg.Podman {
+		r.Ulimits = podmanUlimits()
+	}
 	return r
 }
+
+// podmanUlimits are the open-file and process limits of a job's container under Podman.
+// Without them Podman asks for its own defaults (a million open files), more than many
+// machines grant its service, and the start fails with "error setting rlimits". Nor are the
+// RTE's own limits a safe bound: the service may run with lower ones (here the RTE may have
+// 96362 processes and the service 32768). podmanLimit, the usual soft limit of a Linux login,
+// is granted everywhere and is plenty for ansible-playbook and its forks; an RTE whose own
+// soft limit is lower passes that on instead. Docker applies its daemon's defaults and needs
+// none.
+func podmanUlimits() []*container.Ulimit {
+	var out []*container.Ulimit
+	for _, l := range []struct {
+		name     string
+		resource int
+	}{{"nofile", unix.RLIMIT_NOFILE}, {"nproc", unix.RLIMIT_NPROC}} {
+		n := int64(podmanLimit)
+		var rl unix.Rlimit
+		if err := unix.Getrlimit(l.resource, &rl); err == nil && rl.Cur < uint64(n) {
+			n = int64(rl.Cur)
+		}
+		out = append(out, &container.Ulimit{Name: l.name, Soft: n, Hard: n})
+	}
+	return out
+}
+
+// podmanLimit is a job container's nofile and nproc limit under Podman (podmanUlimits).
+const podmanLimit = 1024
 
 // tmpfs are the container's writable places besides the job directory. ansible expands the
 // remote temp directory (~/.ansible/tmp) with the user's passwd home, not HOME, even for
@@ -246,27 +321,32 @@ func (d *dockerEngine) tmpfs() map[string]string {
 	t := map[string]string{"/tmp": "rw,nosuid,nodev,size=64m"}
 	if d.uid == nobody {
 		t["/nonexistent"] = fmt.Sprintf("rw,nosuid,nodev,size=64m,uid=%d,gid=%d,mode=0700", d.uid, d.gid)
+		if d.cfg.Podman {
+			// Podman refuses uid= and gid= on a tmpfs; the container runs one user only, so
+			// a sticky world-writable directory gives it the same.
+			t["/nonexistent"] = "rw,nosuid,nodev,size=64m,mode=1777"
+		}
 	}
 	return t
 }
 
 // pull fetches the image as RTE_PULL says.
-func (d *dockerEngine) pull(ctx context.Context) error {
+func (d *dockerEngine) pull(ctx context.Context, image string) error {
 	switch d.cfg.Pull {
 	case PullNever:
 		return nil
 	case PullIfMissing:
-		if _, err := d.cli.ImageInspect(ctx, d.cfg.Image); err == nil {
+		if _, err := d.cli.ImageInspect(ctx, image); err == nil {
 			return nil
 		}
 	}
-	resp, err := d.cli.ImagePull(ctx, d.cfg.Image, client.ImagePullOptions{})
+	resp, err := d.cli.ImagePull(ctx, image, client.ImagePullOptions{})
 	if err != nil {
-		return fmt.Errorf("pull %s (RTE_PULL=%s): %w", d.cfg.Image, d.cfg.Pull, err)
+		return fmt.Errorf("pull %s (RTE_PULL=%s): %w", image, d.cfg.Pull, err)
 	}
 	defer resp.Close()
 	if err := resp.Wait(ctx); err != nil {
-		return fmt.Errorf("pull %s (RTE_PULL=%s): %w", d.cfg.Image, d.cfg.Pull, err)
+		return fmt.Errorf("pull %s (RTE_PULL=%s): %w", image, d.cfg.Pull, err)
 	}
 	return nil
 }

@@ -14,9 +14,10 @@ import (
 // masking, cancel, timeout, drain) is the same for every engine: the runner sees only the two
 // read ends it returns and the running handle.
 type engine interface {
-	// ready reports whether a job could start now; nil when it could. Start refuses a job
-	// while it returns an error, and /ready shows it. It must be quick.
-	ready(ctx context.Context) error
+	// ready reports whether a job could start now in image ("" for the default); nil when it
+	// could. Start refuses a job while it returns an error, and /ready shows it. It must be
+	// quick.
+	ready(ctx context.Context, image string) error
 	// pluginDir is the af_events plugin directory as ansible-playbook sees it, for the job
 	// whose private directory is p; an engine that cannot see the RTE's copy puts one there.
 	pluginDir(p private) (string, error)
@@ -33,6 +34,7 @@ type launch struct {
 	job    string
 	jobDir string // the job's private directory
 	priv   private
+	image  string // the job's image, "" for the default; only containers have one
 	binary string
 	args   []string
 	env    []string
@@ -70,7 +72,7 @@ type exitStatus struct {
 // processEngine runs each job as a process group under the RTE's own user (group.go).
 type processEngine struct{ pluginPath string }
 
-func (processEngine) ready(context.Context) error { return nil }
+func (processEngine) ready(context.Context, string) error { return nil }
 
 func (processEngine) close() error { return nil }
 

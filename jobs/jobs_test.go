@@ -28,8 +28,8 @@ func TestSuccess(t *testing.T) {
 	recs := e.rec.waitEnd(t, "ok-1")
 
 	start := startOf(t, recs)
-	if start.PID <= 0 || start.Instance != "test-host" || start.Playbook != "success.yml" {
-		t.Errorf("start = %+v, want a pid, instance test-host, playbook success.yml", start)
+	if start.PID <= 0 || start.Instance != "test-host" || start.Playbook != "success.yml" || start.Image != "" {
+		t.Errorf("start = %+v, want a pid, instance test-host, playbook success.yml, no image", start)
 	}
 	wantEnd(t, recs, protocol.StatusSuccess, 0)
 	out := outputText(t, recs)
@@ -451,6 +451,8 @@ func TestStartRefusesInvalidJobs(t *testing.T) {
 		{"secret sealed for another job", func(js *protocol.JobStart) { js.Secrets = map[string]string{"vault_password": sealedForOther} }, "secrets.vault_password"},
 		{"secret not base64", func(js *protocol.JobStart) { js.Secrets = map[string]string{"become_password": "%%%"} }, "secrets.become_password"},
 		{"unknown secret", func(js *protocol.JobStart) { js.Secrets = map[string]string{"ssh_key": "x"} }, "secrets"},
+		{"image under process", func(js *protocol.JobStart) { js.Image = "rte:dev" }, "image: this RTE runs each job as a process on its host (RTE_ENGINE=process)"},
+		{"image not a reference", func(js *protocol.JobStart) { js.Image = "rte:dev --privileged" }, `image: "rte:dev --privileged" is not an image reference`},
 	}
 	for _, tt := range tests {
 		js := jobStart("refused-1", "success.yml")

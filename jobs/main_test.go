@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/rte-project/rte/internal/testenv"
 )
 
 // fakeChildEnv switches the test binary into a fake ansible-playbook, for the corners a real
@@ -35,7 +37,9 @@ func TestMain(m *testing.M) {
 	// show them; TestEnvironmentIsOnlyWhatIsGiven looks for them.
 	os.Setenv("RTE_TOKEN", leakToken)
 	os.Setenv("METRICS_TOKEN", leakMetrics)
-	goleak.VerifyTestMain(m)
+	// The podman tests' service, if one started, ends with the binary (goleak's check calls
+	// os.Exit, so it runs before that, through the cleanup hook).
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) { testenv.StopPodman(); os.Exit(code) }))
 }
 
 // fakeChild plays ansible-playbook; args are the command line the Manager built.

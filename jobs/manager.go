@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -365,7 +366,12 @@ func (m *Manager) check(js *protocol.JobStart) (map[string]string, error) {
 			return nil, refuse(protocol.RefusedInvalid, "%v", err)
 		}
 	}
-	if err := m.Ready(context.Background()); err != nil {
+	if err := m.checkImage(js.Image); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), engineCheckTimeout)
+	defer cancel()
+	if err := m.engine.ready(ctx, js.Image); err != nil {
 		return nil, refuse(protocol.RefusedFull, "%v", err)
 	}
 	secrets := make(map[string]string, len(js.Secrets))
@@ -389,7 +395,31 @@ const engineCheckTimeout = 5 * time.Second
 func (m *Manager) Ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, engineCheckTimeout)
 	defer cancel()
-	return m.engine.ready(ctx)
+	return m.engine.ready(ctx, "")
+}
+
+// checkImage refuses a job naming an image this RTE does not run: any image when jobs run as
+// processes, else one neither RTE_IMAGE nor RTE_IMAGES_ALLOW allows. The refusal comes before
+// anything is made or pulled.
+func (m *Manager) checkImage(image string) *Refusal {
+	switch {
+	case image == "":
+		return nil
+	case m.cfg.Containers == nil:
+		return refuse(protocol.RefusedInvalid, "image: this RTE runs each job as a process on its host (RTE_ENGINE=process), not in an image; send the job without image, or to a runner whose hello lists %s", image)
+	case !m.cfg.Containers.allows(image):
+		return refuse(protocol.RefusedInvalid, "image: %s is not allowed on this RTE: it runs %s (RTE_IMAGES_ALLOW)", image, strings.Join(m.cfg.Containers.Images(), ", "))
+	}
+	return nil
+}
+
+// Images are the job images a job.start may name, for hello: RTE_IMAGE first, then
+// RTE_IMAGES_ALLOW; nil when jobs run as processes.
+func (m *Manager) Images() []string {
+	if m.cfg.Containers == nil {
+		return nil
+	}
+	return m.cfg.Containers.Images()
 }
 
 // Cancel signals the job's process group (SIGTERM, then SIGKILL after KillGrace); the job ends

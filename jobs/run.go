@@ -135,6 +135,7 @@ func (r *runner) run() protocol.EndData {
 		job:    r.j.id,
 		jobDir: r.dir,
 		priv:   priv,
+		image:  r.j.js.Image,
 		binary: r.m.binary,
 		args:   buildArgs(r.j.js, ws, priv),
 		env:    append(buildEnv(r.cfg.BaseEnv, r.j.js.Env, pluginEnv(pluginDir), priv.tmp), JobIDEnv+"="+r.j.id),
@@ -152,6 +153,17 @@ func (r *runner) run() protocol.EndData {
 	}
 	r.log.Info("ansible-playbook started", zap.Int("pid", g.pid()), zap.String("engine", g.what()))
 	return r.supervise(g, outR, evR)
+}
+
+// image is the job image the job's container runs, "" for a process group.
+func (r *runner) image() string {
+	switch {
+	case r.cfg.Containers == nil:
+		return ""
+	case r.j.js.Image != "":
+		return r.j.js.Image
+	}
+	return r.cfg.Containers.Image
 }
 
 // stoppedBeforeStart reports the end of a job stopped before its process started.
@@ -189,7 +201,7 @@ func (r *runner) supervise(g running, outR, evR *os.File) protocol.EndData {
 		ev.run()
 	}()
 
-	r.appendJSON(protocol.KindStart, protocol.StartData{PID: g.pid(), Instance: r.cfg.Instance, Playbook: r.j.js.Playbook})
+	r.appendJSON(protocol.KindStart, protocol.StartData{PID: g.pid(), Instance: r.cfg.Instance, Playbook: r.j.js.Playbook, Image: r.image()})
 	for _, n := range r.notes {
 		r.appendLog(n.Level, "%s", n.Message)
 	}

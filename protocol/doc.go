@@ -18,4 +18,8 @@
 //	  (ValidEnvName) and tags and skip_tags non-blank without commas (ValidTag). The RTE
 //	  refused both already when it took the job (job.refused invalid); the decoder now refuses
 //	  them (error invalid), and an app using Validate refuses them before sending.
+//	  Later, still 1 (new optional keys): job.start image (ValidImage), the job image to run
+//	  in; hello images (ValidImagePattern), the images the RTE allows. An older RTE ignores
+//	  image and runs the job in its default, so an app sends it only to an RTE whose hello
+//	  lists it. The start record's data has image, the image a job's container ran.
 package protocol

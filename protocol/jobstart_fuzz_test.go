@@ -106,3 +106,40 @@ func TestDecodeNamesDepth(t *testing.T) {
 		t.Fatalf("Decode of a frame nested 10001 deep = %v, want it to name the nesting limit", err)
 	}
 }
+
+// TestImageReferences: job.start's image and hello's images are refused, naming the field,
+// unless they are plain image references (patterns with * in hello).
+func TestImageReferences(t *testing.T) {
+	for _, c := range []struct {
+		name, frame, want string
+	}{
+		{"space", `{"type":"job.start","job":"j","playbook":"p","image":"rte:dev --privileged"}`, `image: "rte:dev --privileged" is not an image reference`},
+		{"option", `{"type":"job.start","job":"j","playbook":"p","image":"-v"}`, `image: "-v" is not an image reference`},
+		{"control", `{"type":"job.start","job":"j","playbook":"p","image":"rte\u0000"}`, `image: "rte\x00"`},
+		{"pattern in a job", `{"type":"job.start","job":"j","playbook":"p","image":"ee-*"}`, `image: "ee-*" is not`},
+		{"too long", `{"type":"job.start","job":"j","playbook":"p","image":"` + strings.Repeat("a", 256) + `"}`, `image: "aaaa`},
+		{"hello pattern", `{"type":"hello","protocol":1,"name":"r","version":"1","mode":"inbound","files":"transfer","max_jobs":0,"images":["rte:dev","ee *"]}`, `images[1]: "ee *" is not an image reference or pattern`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := protocol.Decode([]byte(c.frame))
+			de, ok := err.(*protocol.DecodeError)
+			if !ok || de.Code != protocol.ErrInvalid || !strings.Contains(de.Message, c.want) {
+				t.Fatalf("Decode(%s) = %v, want an invalid error containing %q", c.frame, err, c.want)
+			}
+		})
+	}
+	for ref, ok := range map[string]bool{"rte:dev": true, "registry.example:5000/team/ee-2.16:1.0": true,
+		"alpine@sha256:" + strings.Repeat("a", 64): true, strings.Repeat("a", 255): true,
+		"": false, ":tag": false, "/x": false, "a b": false, "a*": false, "a\n": false, strings.Repeat("a", 256): false} {
+		if protocol.ValidImage(ref) != ok {
+			t.Errorf("ValidImage(%q) = %v, want %v", ref, !ok, ok)
+		}
+	}
+	if !protocol.ValidImagePattern("registry.example/ee-*:*") || !protocol.ValidImagePattern("*") || protocol.ValidImagePattern("a?") {
+		t.Errorf("ValidImagePattern: * must be allowed, ? not")
+	}
+	msg, err := protocol.Decode([]byte(`{"type":"job.start","job":"j","playbook":"p","image":"registry.example/ee-216:1"}`))
+	if err != nil || msg.(*protocol.JobStart).Image != "registry.example/ee-216:1" {
+		t.Fatalf("Decode of an image = %v, %v", msg, err)
+	}
+}

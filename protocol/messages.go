@@ -76,6 +76,11 @@ type Hello struct {
 	Spooled          []SpooledJob `json:"spooled"`
 	TokenFingerprint string       `json:"token_fingerprint"`
 	AnsibleVersion   string       `json:"ansible_version"`
+	// Images are the job images a job.start may name (JobStart.Image), for the app to offer:
+	// the RTE's default (RTE_IMAGE) first, then RTE_IMAGES_ALLOW's entries as the operator
+	// wrote them, where * stands for any characters but "/". Absent when the RTE runs jobs as
+	// processes: a job.start naming an image is then refused. Optional.
+	Images []string `json:"images,omitempty"`
 }
 
 // SpooledJob names a job with records in the RTE's spool and the highest seq it holds.
@@ -121,6 +126,9 @@ type JobStart struct {
 	Env         map[string]string `json:"env,omitempty"`
 	// Secrets maps a secret's name (vault_password, become_password) to its sealed value.
 	Secrets map[string]string `json:"secrets,omitempty"`
+	// Image is the job image (execution environment) to run the job in, one the RTE's hello
+	// lists; empty runs it in the RTE's default. Optional.
+	Image string `json:"image,omitempty"`
 }
 
 // JobFiles names the bundles of a transfer-mode job.
@@ -208,6 +216,9 @@ type StartData struct {
 	PID      int    `json:"pid"`
 	Instance string `json:"instance"`
 	Playbook string `json:"playbook"`
+	// Image is the job image the job's container runs, with a container engine; absent for a
+	// process on the RTE's host. Optional.
+	Image string `json:"image,omitempty"`
 }
 
 // OutputData is the data of an output record: stdout and stderr as written, valid UTF-8.

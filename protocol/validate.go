@@ -13,7 +13,23 @@ var (
 	hashPattern    = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 	envNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 	maxNameLength  = 128
+	// An image reference (name[:tag][@digest]) in the charset Docker and Podman accept, not
+	// starting with a separator; the engines check the grammar, this keeps spaces, control
+	// characters, quotes and option-like values out of the RTE's logs and API calls.
+	imagePattern        = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$`)
+	imagePatternPattern = regexp.MustCompile(`^[A-Za-z0-9*][A-Za-z0-9._/:@*-]{0,254}$`)
 )
+
+// ValidImage reports whether ref is an image reference the RTE passes to its engine: 1 to 255
+// of [A-Za-z0-9._/:@-], starting with a letter or digit.
+func ValidImage(ref string) bool { return imagePattern.MatchString(ref) }
+
+// ValidImagePattern reports whether p is an entry of the RTE's image allowlist as hello shows
+// it: an image reference in which * may also stand for any characters but "/".
+func ValidImagePattern(p string) bool { return imagePatternPattern.MatchString(p) }
+
+// imageRule is how a refusal describes a valid image reference.
+const imageRule = "1 to 255 of [A-Za-z0-9._/:@-], starting with a letter or digit (name[:tag] or name@sha256:digest)"
 
 // ValidJobID reports whether id is 1 to 128 of [A-Za-z0-9._-], and not "." or "..". Job ids
 // become file names in the spool and the job directory, so nothing else is let through: "."
@@ -115,6 +131,11 @@ func (m Hello) Validate() error {
 			return fieldErr(fmt.Sprintf("spooled[%d].last_seq", i), "must not be negative")
 		}
 	}
+	for i, p := range m.Images {
+		if !ValidImagePattern(p) {
+			return fieldErr(fmt.Sprintf("images[%d]", i), "%q is not an image reference or pattern (%s, or * for any characters but /)", clip(p, 64), imageRule)
+		}
+	}
 	return nil
 }
 
@@ -208,6 +229,9 @@ func (m JobStart) Validate() error {
 		if err := checkOneOf("secrets", name, "vault_password", "become_password"); err != nil {
 			return err
 		}
+	}
+	if m.Image != "" && !ValidImage(m.Image) {
+		return fieldErr("image", "%q is not an image reference (%s)", clip(m.Image, 64), imageRule)
 	}
 	return nil
 }

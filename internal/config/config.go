@@ -99,11 +99,17 @@ type Settings struct {
 	WorkPath string `env:"RTE_WORK_PATH" envDefault:"jobs"`
 
 	// Engine is how each job runs: process (a process group under the RTE's user, the
-	// default) or docker (a container per job through the Docker Engine API at EngineHost,
-	// from Image). podman is refused for now (docs/engines.md).
-	Engine     string `env:"RTE_ENGINE" envDefault:"process"`
-	Image      string `env:"RTE_IMAGE"`
-	EngineHost string `env:"RTE_ENGINE_HOST" envDefault:"unix:///var/run/docker.sock"`
+	// default), docker or podman (a container per job through the Docker Engine API, or
+	// Podman's Docker-compatible one, at EngineHost, from Image; docs/engines.md).
+	Engine string `env:"RTE_ENGINE" envDefault:"process"`
+	Image  string `env:"RTE_IMAGE"`
+	// ImagesAllow is RTE_IMAGES_ALLOW: the other images a job.start may name, exact
+	// references or patterns where * stands for any characters but "/". Read it with
+	// ImagesAllowList.
+	ImagesAllow string `env:"RTE_IMAGES_ALLOW"`
+	// EngineHost is the engine's API; empty is the engine's usual socket (EngineHost fills
+	// it in at check).
+	EngineHost string `env:"RTE_ENGINE_HOST"`
 	// Pull is never, if-missing or always; never suits a DMZ without a registry.
 	Pull string `env:"RTE_PULL" envDefault:"never"`
 	// JobNetwork is the network each job's container joins; none cuts it off.

@@ -73,7 +73,10 @@ func TestRefusals(t *testing.T) {
 		{"metrics token with newline", with("METRICS_TOKEN=metrics\nsecret"), "METRICS_TOKEN", "control characters"},
 		{"unknown mode", with("RTE_MODE=sideways"), "RTE_MODE", "not a mode"},
 		{"unknown engine", with("RTE_ENGINE=lxc"), "RTE_ENGINE", "not an engine"},
-		{"podman not yet", with("RTE_ENGINE=podman"), "RTE_ENGINE", "not supported yet"},
+		{"podman without image", with("RTE_ENGINE=podman"), "RTE_IMAGE", "required with RTE_ENGINE=podman"},
+		{"images allow with a space", with("RTE_ENGINE=docker", "RTE_IMAGE=rte:dev", "RTE_IMAGES_ALLOW=ee:1, ee 2"), "RTE_IMAGES_ALLOW", `"ee 2" is not an image reference or pattern`},
+		{"images allow with a ?", with("RTE_ENGINE=docker", "RTE_IMAGE=rte:dev", "RTE_IMAGES_ALLOW=ee-?"), "RTE_IMAGES_ALLOW", "is not an image reference or pattern"},
+		{"image that hello could not carry", with("RTE_ENGINE=docker", "RTE_IMAGE=-v"), "RTE_IMAGE", "not an image reference"},
 		{"docker without image", with("RTE_ENGINE=docker"), "RTE_IMAGE", "required with RTE_ENGINE=docker"},
 		{"image with a space", with("RTE_ENGINE=docker", "RTE_IMAGE=rte dev"), "RTE_IMAGE", "not an image reference"},
 		{"docker with local files", with("RTE_ENGINE=docker", "RTE_IMAGE=rte:dev", "RTE_FILES=local", "ANSIBLE_PATH=/a", "REPO_PATH=/r"), "RTE_ENGINE", "RTE_FILES=local"},
@@ -314,8 +317,8 @@ func TestEffectiveHidesSecrets(t *testing.T) {
 		"HTTPS_PROXY=http://proxyuser:proxy-password@proxy.example.com:3128",
 	))
 	eff := s.Effective()
-	if len(eff) != 39 {
-		t.Errorf("want the 39 variables of docs/settings.md, got %d", len(eff))
+	if len(eff) != 40 {
+		t.Errorf("want the 40 variables of docs/settings.md, got %d", len(eff))
 	}
 	want := map[string]string{
 		"RTE_TOKEN":      "set (fingerprint " + protocol.TokenFingerprint(token) + ")",
@@ -406,6 +409,22 @@ func TestWarnings(t *testing.T) {
 	}
 }
 
+// RTE_ENGINE_HOST defaults to the engine's usual socket; RTE_IMAGES_ALLOW is split at commas.
+func TestEngineDefaults(t *testing.T) {
+	for engine, host := range map[string]string{"docker": "unix:///var/run/docker.sock", "podman": "unix:///run/podman/podman.sock"} {
+		s := mustLoad(t, with("RTE_ENGINE="+engine, "RTE_IMAGE=rte:dev", "RTE_IMAGES_ALLOW= registry.example/ee-*:* ,,rte-ee:1"))
+		if s.EngineHost != host {
+			t.Errorf("RTE_ENGINE=%s: RTE_ENGINE_HOST = %q, want %q", engine, s.EngineHost, host)
+		}
+		if got := s.ImagesAllowList(); !slices.Equal(got, []string{"registry.example/ee-*:*", "rte-ee:1"}) {
+			t.Errorf("ImagesAllowList = %q", got)
+		}
+	}
+	if s := mustLoad(t, with("RTE_ENGINE=podman", "RTE_IMAGE=rte:dev", "RTE_ENGINE_HOST=unix:///tmp/p.sock")); s.EngineHost != "unix:///tmp/p.sock" {
+		t.Errorf("a set RTE_ENGINE_HOST became %q", s.EngineHost)
+	}
+}
+
 // The reference page must list every variable Load reads.
 func TestDocsListEveryVariable(t *testing.T) {
 	doc, err := os.ReadFile("../../docs/settings.md")
@@ -450,8 +469,8 @@ func FuzzLoad(f *testing.F) {
 			}
 			return
 		}
-		if got := len(s.Effective()); got != 39 {
-			t.Fatalf("%s=%q: want 39 effective settings, got %d", name, value, got)
+		if got := len(s.Effective()); got != 40 {
+			t.Fatalf("%s=%q: want 40 effective settings, got %d", name, value, got)
 		}
 		want := "set (fingerprint " + protocol.TokenFingerprint(string(s.Token)) + ")"
 		for _, st := range s.Effective() {

@@ -211,14 +211,17 @@ func (r *rte) openJobs() (err error) {
 	return err
 }
 
-// containerConfig is RTE_ENGINE=docker's part of the settings, nil for process groups.
+// containerConfig is RTE_ENGINE=docker's or podman's part of the settings, nil for process
+// groups.
 func (r *rte) containerConfig() *jobs.ContainerConfig {
-	if r.s.Engine != config.EngineDocker {
+	if r.s.Engine != config.EngineDocker && r.s.Engine != config.EnginePodman {
 		return nil
 	}
 	return &jobs.ContainerConfig{
 		Host:        r.s.EngineHost,
 		Image:       r.s.Image,
+		Allow:       r.s.ImagesAllowList(),
+		Podman:      r.s.Engine == config.EnginePodman,
 		Pull:        r.s.Pull,
 		Network:     r.s.JobNetwork,
 		NanoCPUs:    r.s.JobNanoCPUs(),
@@ -239,6 +242,7 @@ func (r *rte) openSessions() {
 		Hello: protocol.Hello{
 			Name: r.s.Name, Version: r.opts.Version, Instance: Hostname(), Mode: r.s.Mode, Files: r.s.Files,
 			TokenFingerprint: protocol.TokenFingerprint(string(r.s.Token)), AnsibleVersion: ansibleVersion(r.log),
+			Images: r.runner.Images(),
 		},
 		PingInterval: r.s.PingInterval,
 		DeadAfter:    r.s.DeadAfter,

@@ -56,7 +56,7 @@ type Config struct {
 	Logger   *zap.Logger           // named "session" here; nil logs nothing
 	Registry prometheus.Registerer // gets the session metrics; nil: not exported
 	// Hello carries the static fields of hello: name, version, instance, mode, files,
-	// token_fingerprint, ansible_version. The Manager fills protocol, max_jobs, running and
+	// token_fingerprint, ansible_version, images. The Manager fills protocol, max_jobs, running and
 	// spooled for each socket.
 	Hello protocol.Hello
 	// Jobs runs playbooks; nil (tests): every job.start is refused "invalid".

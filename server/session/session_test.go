@@ -27,6 +27,7 @@ const waitLimit = 10 * time.Second // safety net for reads, not a measurement
 var staticHello = protocol.Hello{
 	Name: "rte01", Version: "1.2.3", Instance: "host-a", Mode: protocol.ModeInbound,
 	Files: protocol.FilesTransfer, TokenFingerprint: "abcd-ef12", AnsibleVersion: "2.14.18",
+	Images: []string{"rte:dev", "registry.example/ee-*:*"},
 }
 
 // rig is a Manager behind a WebSocket endpoint on 127.0.0.1:0, with Run running.
@@ -212,7 +213,7 @@ func TestHelloFields(t *testing.T) {
 		Protocol: protocol.Version, Name: "rte01", Version: "1.2.3", Instance: "host-a",
 		Mode: protocol.ModeInbound, Files: protocol.FilesTransfer, MaxJobs: 7,
 		Running: []string{"j1"}, Spooled: []protocol.SpooledJob{{Job: "j1", LastSeq: 2}, {Job: "j2", LastSeq: 1}},
-		TokenFingerprint: "abcd-ef12", AnsibleVersion: "2.14.18",
+		TokenFingerprint: "abcd-ef12", AnsibleVersion: "2.14.18", Images: []string{"rte:dev", "registry.example/ee-*:*"},
 	})
 	if got := fmt.Sprintf("%+v", *h); got != want {
 		t.Fatalf("hello\n got %s\nwant %s", got, want)

@@ -45,6 +45,8 @@ type RunnerView struct {
 	Capacity       *protocol.Capacity `json:"capacity,omitempty"`
 	Instance       string             `json:"instance,omitempty"`
 	AnsibleVersion string             `json:"ansible_version,omitempty"`
+	// Images are the job images the runner allows (hello.images): its default first.
+	Images []string `json:"images,omitempty"`
 }
 
 // CertificateView shows a certificate the way an admin compares it with the RTE's log line.
@@ -84,6 +86,7 @@ func NewRunnerView(r *app.Runner, st app.RunnerStatus, live bool) RunnerView {
 		v.Capacity = &capacity
 		v.Instance = st.Hello.Instance
 		v.AnsibleVersion = st.Hello.AnsibleVersion
+		v.Images = st.Hello.Images
 		if st.Hello.Version != "" {
 			v.Version = st.Hello.Version
 		}
