@@ -31,16 +31,17 @@ func PodmanHost(t T, image, target string) string {
 	if _, err := exec.LookPath("podman"); err != nil {
 		t.Skipf("podman is not installed: %v", err)
 	}
+	// The image comes from Docker's store (scripts/image builds with docker); without an
+	// engine there is nothing to copy it from, as in scripts/fresh-root's bare container.
+	missing := exec.Command("podman", "image", "exists", image).Run() != nil
+	if missing && exec.Command("docker", "version").Run() != nil {
+		t.Skipf("podman has no %s and no Docker engine answers to build it in and copy it from", image)
+	}
 	podmanOnce.Do(func() { podmanHost, podmanErr = startPodman() })
 	if podmanErr != nil {
 		t.Fatalf("podman: %v", podmanErr)
 	}
-	if exec.Command("podman", "image", "exists", image).Run() != nil {
-		// The image comes from Docker's store (scripts/image builds with docker); without an
-		// engine there is nothing to copy it from, as in scripts/fresh-root's bare container.
-		if exec.Command("docker", "version").Run() != nil {
-			t.Skipf("podman has no %s and no Docker engine answers to build it in and copy it from", image)
-		}
+	if missing {
 		RequireImage(t, image, target)
 		imagesMu.Lock()
 		err := copyToPodman(image)
