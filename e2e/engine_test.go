@@ -117,6 +117,18 @@ func containerSuite(t *testing.T, engine, host string) {
 		}
 	})
 
+	// Inside the container 127.0.0.1 is the container's own loopback, where nothing listens
+	// on port 1: ansible's ssh gets a refusal, as from a host that is down.
+	t.Run("unreachable", func(t *testing.T) {
+		j := r.submit(protocol.JobStart{Playbook: "hello.yml", Inventories: []string{"unreachable.ini"},
+			Env: map[string]string{"ANSIBLE_HOST_KEY_CHECKING": "False"}})
+		end := r.waitEnd(j.ID, 2*time.Minute)
+		s := r.story(j.ID)
+		if end.Status != protocol.StatusFailed || s.End.ExitCode != 4 || !s.hasEvent("runner_on_unreachable") {
+			t.Fatalf("job %+v end %+v events %v, want failed with exit 4 and runner_on_unreachable", end, s.End, s.eventNames())
+		}
+	})
+
 	t.Run("no_log and a masked secret", func(t *testing.T) {
 		const secret = "vault-pw-c0n7a1"
 		j := r.submit(protocol.JobStart{Playbook: "secrets.yml", Inventories: []string{"local.ini"},
