@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -32,12 +33,17 @@ type private struct {
 	tmp       string            // ANSIBLE_LOCAL_TEMP
 	extravars string            // -e @file; "" without extravars
 	secrets   map[string]string // secret name -> file
+	// values are the secrets the engine hands over itself (secret name -> value), when
+	// secrets holds paths in the engine's secretDir rather than files on the RTE's disk.
+	values map[string]string
 }
 
 // writePrivate writes extravars and opened secrets to 0600 files, so neither ever appears on
-// a command line (visible to every local user in /proc) or in the environment.
-func writePrivate(jobDir string, js *protocol.JobStart, secrets map[string]string) (private, error) {
-	p := private{dir: filepath.Join(jobDir, privateName), secrets: map[string]string{}}
+// a command line (visible to every local user in /proc) or in the environment. With a
+// secretDir (the engine's), the secrets are not written at all: their paths are there and
+// their values stay in p.values for the engine to hand over.
+func writePrivate(jobDir string, js *protocol.JobStart, secrets map[string]string, secretDir string) (private, error) {
+	p := private{dir: filepath.Join(jobDir, privateName), secrets: map[string]string{}, values: map[string]string{}}
 	p.tmp = filepath.Join(p.dir, "tmp")
 	if err := os.Mkdir(p.dir, 0o700); err != nil {
 		return p, fmt.Errorf("make %s: %w", p.dir, err)
@@ -55,11 +61,16 @@ func writePrivate(jobDir string, js *protocol.JobStart, secrets map[string]strin
 		if _, ok := secretOptions[name]; !ok {
 			continue // protocol.JobStart.Validate refuses other names
 		}
-		path := filepath.Join(p.dir, name)
-		if err := writeFile0600(path, []byte(secrets[name])); err != nil {
+		if secretDir != "" {
+			p.secrets[name] = path.Join(secretDir, name)
+			p.values[name] = secrets[name]
+			continue
+		}
+		file := filepath.Join(p.dir, name)
+		if err := writeFile0600(file, []byte(secrets[name])); err != nil {
 			return p, err
 		}
-		p.secrets[name] = path
+		p.secrets[name] = file
 	}
 	return p, nil
 }

@@ -4,8 +4,9 @@
 //
 // A Manager owns every job it accepts and the goroutines that run them. For each job it makes a
 // private directory (WorkDir/<job>, mode 0700), lets a Preparer put the playbooks and inventories
-// in place, writes extravars and opened secrets to 0600 files there, and starts ansible-playbook
-// in its own process group with an environment built only from Config.BaseEnv, the job's env,
+// in place, writes extravars and opened secrets to 0600 files there (a container engine hands
+// the secrets to a tmpfs of the job's container instead: dockersecrets.go), and starts
+// ansible-playbook in its own process group with an environment built only from Config.BaseEnv, the job's env,
 // a few fixed Ansible settings and the af_events plugin wiring (package afevents). Stdout and
 // stderr share one pipe, so their order is kept; events arrive on a second pipe, fd 3. Every
 // record goes through Recorder.Append, in order: start first, end last, and nothing after end.

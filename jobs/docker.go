@@ -188,9 +188,20 @@ func (d *dockerEngine) pluginDir(p private) (string, error) {
 	return dst, nil
 }
 
-// runScript opens the two pipes for ansible-playbook and replaces itself with it. The paths and
-// the command come as arguments ($1, $2, then the command), never inside the script's text.
-const runScript = `o=$1 e=$2; shift 2; exec "$@" >"$o" 2>&1 3>"$e"`
+// runScript opens the two pipes for ansible-playbook, copies each secret from its pipe into
+// its file on the secrets tmpfs (0600: umask 077 in a subshell, so the playbook keeps the
+// image's umask), and replaces itself with ansible-playbook. The paths and the command come
+// as arguments ($1, $2, the number of secrets, a pipe and a file per secret, then the
+// command), never inside the script's text. A failed copy ends the container with 125 and
+// cat's message in the job's output.
+const runScript = `o=$1 e=$2 n=$3; shift 3; exec >"$o" 2>&1 3>"$e"; ` +
+	`while [ "$n" -gt 0 ]; do (umask 077 && cat -- "$1" >"$2") || exit 125; shift 2; n=$((n-1)); done; ` +
+	`exec "$@"`
+
+// secretMount is the tmpfs in each job's container that holds its secret files.
+const secretMount = "/run/rte-secrets"
+
+func (d *dockerEngine) secretDir() string { return secretMount }
 
 func (d *dockerEngine) start(ctx context.Context, l launch) (running, *os.File, *os.File, error) {
 	// The container sees the job directory only: a playbook elsewhere (RTE_FILES=local, which
@@ -216,6 +227,12 @@ func (d *dockerEngine) start(ctx context.Context, l launch) (running, *os.File, 
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	// Made before handOver, which gives them to the container's user with the rest.
+	handoffs, err := makeSecretPipes(l.priv)
+	if err != nil {
+		p.closeAll()
+		return nil, nil, nil, err
+	}
 	if err := d.handOver(l.jobDir); err != nil {
 		p.closeAll()
 		return nil, nil, nil, err
@@ -231,7 +248,11 @@ func (d *dockerEngine) start(ctx context.Context, l launch) (running, *os.File, 
 	env = append(env, "HOME="+home)
 
 	yes := true
-	entry := append([]string{"/bin/sh", "-c", runScript, "sh", outPath, evPath, l.binary}, l.args...)
+	entry := []string{"/bin/sh", "-c", runScript, "sh", outPath, evPath, strconv.Itoa(len(handoffs))}
+	for _, h := range handoffs {
+		entry = append(entry, h.pipe, h.file)
+	}
+	entry = append(append(entry, l.binary), l.args...)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dockerAPITimeout)
 	defer cancel()
 	created, err := d.cli.ContainerCreate(cctx, client.ContainerCreateOptions{
@@ -270,6 +291,9 @@ func (d *dockerEngine) start(ctx context.Context, l launch) (running, *os.File, 
 		c.hostPID = ins.Container.State.Pid
 	}
 	d.log.Info("job container started", zap.String("job", l.job), zap.String("image", image), zap.String("container", shortID(c.id)))
+	if len(handoffs) > 0 {
+		go c.handOverSecrets(handoffs)
+	}
 	return c, p.out, p.ev, nil
 }
 
@@ -319,6 +343,13 @@ const podmanLimit = 1024
 // it gets a small tmpfs of its own.
 func (d *dockerEngine) tmpfs() map[string]string {
 	t := map[string]string{"/tmp": "rw,nosuid,nodev,size=64m"}
+	// The job's secrets: only the container's user may list or read them. Podman refuses
+	// uid= and gid= (as below): a sticky world-writable directory in a container of one user,
+	// the files themselves 0600 (runScript).
+	t[secretMount] = fmt.Sprintf("rw,nosuid,nodev,noexec,size=1m,uid=%d,gid=%d,mode=0700", d.uid, d.gid)
+	if d.cfg.Podman {
+		t[secretMount] = "rw,nosuid,nodev,noexec,size=1m,mode=1777"
+	}
 	if d.uid == nobody {
 		t["/nonexistent"] = fmt.Sprintf("rw,nosuid,nodev,size=64m,uid=%d,gid=%d,mode=0700", d.uid, d.gid)
 		if d.cfg.Podman {

@@ -21,6 +21,10 @@ type engine interface {
 	// pluginDir is the af_events plugin directory as ansible-playbook sees it, for the job
 	// whose private directory is p; an engine that cannot see the RTE's copy puts one there.
 	pluginDir(p private) (string, error)
+	// secretDir is where ansible-playbook reads the job's secret files when the engine hands
+	// them over itself, never on the RTE's disk (a tmpfs of the job's container); "" when they
+	// are 0600 files in the job's private directory.
+	secretDir() string
 	// start runs l. out carries stdout and stderr in order, events the plugin's fd 3; both
 	// reach EOF once everything of the job that held them has exited. The error text is the
 	// end record's message.
@@ -75,6 +79,8 @@ type processEngine struct{ pluginPath string }
 func (processEngine) ready(context.Context, string) error { return nil }
 
 func (processEngine) close() error { return nil }
+
+func (processEngine) secretDir() string { return "" }
 
 func (e processEngine) pluginDir(private) (string, error) { return e.pluginPath, nil }
 

@@ -117,14 +117,19 @@ func (r *runner) run() protocol.EndData {
 	if end, ok := r.stoppedBeforeStart(); ok {
 		return end
 	}
-	priv, err := writePrivate(r.dir, r.j.js, r.j.secrets)
+	secretDir := r.m.engine.secretDir()
+	priv, err := writePrivate(r.dir, r.j.js, r.j.secrets, secretDir)
 	if err != nil {
 		return errorEnd("write job files: %v", err)
 	}
+	where := "a 0600 file of the job directory"
+	if secretDir != "" {
+		where = "a file on the container's tmpfs " + secretDir + ", never on the RTE's disk"
+	}
 	for _, name := range sortedKeys(priv.secrets) {
 		r.notes = append(r.notes, protocol.LogData{Level: protocol.LevelInfo, Message: fmt.Sprintf(
-			"%s given to ansible-playbook in a 0600 file of the job directory (%s); its value is masked in output and events",
-			name, secretOptions[name])})
+			"%s given to ansible-playbook in %s (%s); its value is masked in output and events",
+			name, where, secretOptions[name])})
 	}
 
 	pluginDir, err := r.m.engine.pluginDir(priv)
