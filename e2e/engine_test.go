@@ -30,16 +30,7 @@ func dockerClient(t *testing.T) *client.Client {
 // engineClient skips when no engine answers at host.
 func engineClient(t *testing.T, engine, host string) *client.Client {
 	t.Helper()
-	cli, err := client.New(client.WithHost(host), client.WithAPIVersionNegotiation())
-	if err != nil {
-		t.Skipf("no %s client for %s: %v", engine, host, err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, err := cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
-		t.Skipf("no %s engine answers at %s: %v", engine, host, err)
-	}
+	cli := testenv.EngineClient(t, engine, host)
 	if engine == "docker" {
 		testenv.RequireImage(t, engineImage, "rte")
 	}

@@ -100,32 +100,13 @@ func requireEngine(t *testing.T, en testEngine) *client.Client {
 		// Docker first: Podman's copy of the image comes from Docker's store.
 		requireDockerEngine(t)
 	}
-	host := en.host(t)
-	cli, err := client.New(client.WithHost(host), client.WithAPIVersionNegotiation())
-	if err != nil {
-		t.Skipf("no client for %s: %v", host, err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, err := cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
-		t.Skipf("no %s engine answers at %s: %v", en.name, host, err)
-	}
+	cli := testenv.EngineClient(t, en.name, en.host(t))
 	return cli
 }
 
 func requireDockerEngine(t *testing.T) {
 	t.Helper()
-	cli, err := client.New(client.WithHost(dockerHost), client.WithAPIVersionNegotiation())
-	if err != nil {
-		t.Skipf("no Docker client for %s: %v", dockerHost, err)
-	}
-	defer cli.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, err := cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
-		t.Skipf("no Docker engine answers at %s: %v", dockerHost, err)
-	}
+	testenv.EngineClient(t, "Docker", dockerHost)
 	testenv.RequireImage(t, dockerImage, "rte")
 }
 

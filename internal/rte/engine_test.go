@@ -28,19 +28,8 @@ func requireDocker(t *testing.T) *client.Client {
 	if testing.Short() {
 		t.Skip("-short: this test uses the real Docker engine")
 	}
-	cli, err := client.New(client.WithHost(dockerHost), client.WithAPIVersionNegotiation())
-	if err != nil {
-		t.Skipf("no Docker client for %s: %v", dockerHost, err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, err := cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
-		t.Skipf("no Docker engine answers at %s: %v", dockerHost, err)
-	}
-	if _, err := cli.ImageInspect(ctx, dockerImage); err != nil {
-		t.Skipf("image %s is missing (build it with ./scripts/image): %v", dockerImage, err)
-	}
+	cli := testenv.EngineClient(t, "Docker", dockerHost)
+	testenv.RequireImage(t, dockerImage, "rte")
 	return cli
 }
 

@@ -2,12 +2,16 @@ package testenv
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
+
+	"github.com/moby/moby/client"
 )
 
 var (
@@ -69,4 +73,22 @@ func moduleRoot() (string, error) {
 		}
 		dir = parent
 	}
+}
+
+// EngineClient is a client of the container engine (Docker, or Podman's Docker-compatible
+// service) at host, closed when the test ends; it skips t, saying so, when no engine answers
+// there: a machine without an engine cannot run container tests, and says which it skipped.
+func EngineClient(t T, name, host string) *client.Client {
+	t.Helper()
+	cli, err := client.New(client.WithHost(host), client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Skipf("no %s client for %s: %v", name, host, err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
+		t.Skipf("no %s engine answers at %s: %v", name, host, err)
+	}
+	return cli
 }
