@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/rte-project/rte/internal/check"
+	"github.com/rte-project/rte/internal/testenv"
 	"github.com/rte-project/rte/protocol"
 )
 
@@ -99,17 +101,47 @@ func TestBatchSlots(t *testing.T) {
 // checks of two hung targets each, with two slots, leave two targets untried.
 func TestSlotsAreShared(t *testing.T) {
 	ch := newChecker(t, check.Config{Concurrency: 2})
-	silent := silentListener(t)
+	// The second check starts only once the first one's two targets hold both slots (their
+	// connections accepted), and its deadline falls well inside the first one's: under load,
+	// starting both at once let the first time out before the second began (seen once in a
+	// full run), and then all four were tried.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan net.Conn, 4)
+	var accepting sync.WaitGroup
+	accepting.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		accepting.Wait()
+		close(accepted)
+		for c := range accepted {
+			c.Close()
+		}
+	})
+	silent := ln.Addr().(*net.TCPAddr).Port
 	results := make(chan protocol.CheckResult, 2)
 	var wg sync.WaitGroup
-	for i := range 2 {
-		wg.Go(func() {
-			c := &protocol.Check{ID: fmt.Sprint("check", i), TimeoutMS: 300}
-			for j := range 2 {
-				c.Targets = append(c.Targets, protocol.CheckTarget{Name: fmt.Sprint(i, j), Host: "127.0.0.1", Port: silent, User: "ansible", Transport: protocol.TransportSSH})
+	for i, timeout := range []int{2000, 300} {
+		c := &protocol.Check{ID: fmt.Sprint("check", i), TimeoutMS: timeout}
+		for j := range 2 {
+			c.Targets = append(c.Targets, protocol.CheckTarget{Name: fmt.Sprint(i, j), Host: "127.0.0.1", Port: silent, User: "ansible", Transport: protocol.TransportSSH})
+		}
+		wg.Go(func() { results <- ch.Run(context.Background(), c) })
+		if i == 0 {
+			if !testenv.Poll(10*time.Second, func() bool { return len(accepted) >= 2 }) {
+				t.Fatalf("the first check's two targets never connected")
 			}
-			results <- ch.Run(context.Background(), c)
-		})
+		}
 	}
 	wg.Wait()
 	close(results)
@@ -126,10 +158,8 @@ func TestSlotsAreShared(t *testing.T) {
 			}
 		}
 	}
-	// Both checks start within the first one's timeout, so its two hung targets hold both slots
-	// while the second waits: at least one target of the second is never tried (with slots per
-	// check, all four would be). Once the first check times out and frees its slots, the second
-	// may still get one before its own deadline, so "exactly two" would depend on timing.
+	// The first check's hung targets hold both slots past the second check's deadline, so the
+	// second's targets are never tried; with slots per check, all four would be.
 	if tried < 2 || notTried < 1 || tried+notTried != 4 {
 		t.Errorf("with 2 slots for 4 hung targets: %d tried and %d not tried, want at least 2 tried and 1 not", tried, notTried)
 	}
