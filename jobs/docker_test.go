@@ -86,9 +86,6 @@ func dockerConfig(name string) *jobs.ContainerConfig {
 		NanoCPUs: 1e9, MemoryBytes: 512 << 20}
 }
 
-// requireDocker skips without an engine, builds the image when it is missing, and returns a client for the checks.
-func requireDocker(t *testing.T) *client.Client { return requireEngine(t, dockerEngine) }
-
 // requireEngine skips without the engine, makes sure it has the image, and returns a client for
 // the checks.
 func requireEngine(t *testing.T, en testEngine) *client.Client {
@@ -154,23 +151,7 @@ func TestDockerSuccess(t *testing.T) {
 		e.start(t, js)
 		recs := e.rec.waitEnd(t, "dok-1")
 		e.rec.check(t, "dok-1", recs)
-		start := startOf(t, recs)
-		if start.PID <= 0 || start.Instance != "test-host" || start.Playbook != "success.yml" || start.Image != dockerImage {
-			t.Errorf("start = %+v, want the container's pid, instance test-host, playbook success.yml", start)
-		}
-		wantEnd(t, recs, protocol.StatusSuccess, 0)
-		out := outputText(t, recs)
-		for _, want := range []string{"TASK [say hello]", "hello from-extravars-42", "TASK [run a command]", "ok=2"} {
-			if !strings.Contains(out, want) {
-				t.Errorf("output lacks %q; output:\n%s", want, out)
-			}
-		}
-		names := eventNames(t, recs)
-		for _, want := range []string{"playbook_on_start", "runner_on_ok", "playbook_on_stats"} {
-			if !strings.Contains(strings.Join(names, " "), want) {
-				t.Errorf("events lack %q; got %v", want, names)
-			}
-		}
+		wantSuccessYML(t, recs, dockerImage, "playbook_on_start", "runner_on_ok", "playbook_on_stats")
 		e.wantDirGone(t, "dok-1")
 		if ids := containersOf(t, cli, "docker-test-ok", "dok-1"); len(ids) != 0 {
 			t.Errorf("containers left after the job: %v", ids)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -424,4 +425,28 @@ func firstLine(s string) string {
 func sha256hex(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
+}
+
+// wantSuccessYML checks the records of testdata's success.yml run with the extravar greeting
+// "from-extravars-42": the start (a pid, instance test-host, the image, "" for a process), a
+// successful end, the playbook's output and the events named, whatever the engine.
+func wantSuccessYML(t *testing.T, recs []protocol.Record, image string, events ...string) {
+	t.Helper()
+	start := startOf(t, recs)
+	if start.PID <= 0 || start.Instance != "test-host" || start.Playbook != "success.yml" || start.Image != image {
+		t.Errorf("start = %+v, want a pid, instance test-host, playbook success.yml, image %q", start, image)
+	}
+	wantEnd(t, recs, protocol.StatusSuccess, 0)
+	out := outputText(t, recs)
+	for _, want := range []string{"TASK [say hello]", "hello from-extravars-42", "TASK [run a command]", "ok=2"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q; output:\n%s", want, out)
+		}
+	}
+	names := eventNames(t, recs)
+	for _, want := range events {
+		if !slices.Contains(names, want) {
+			t.Errorf("events lack %q; got %v", want, names)
+		}
+	}
 }

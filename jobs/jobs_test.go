@@ -27,23 +27,7 @@ func TestSuccess(t *testing.T) {
 	e.start(t, js)
 	recs := e.rec.waitEnd(t, "ok-1")
 
-	start := startOf(t, recs)
-	if start.PID <= 0 || start.Instance != "test-host" || start.Playbook != "success.yml" || start.Image != "" {
-		t.Errorf("start = %+v, want a pid, instance test-host, playbook success.yml, no image", start)
-	}
-	wantEnd(t, recs, protocol.StatusSuccess, 0)
-	out := outputText(t, recs)
-	for _, want := range []string{"TASK [say hello]", "hello from-extravars-42", "TASK [run a command]", "ok=2"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("output lacks %q; output:\n%s", want, out)
-		}
-	}
-	names := eventNames(t, recs)
-	for _, want := range []string{"playbook_on_start", "playbook_on_task_start", "runner_on_ok", "playbook_on_stats"} {
-		if !slices.Contains(names, want) {
-			t.Errorf("events lack %q; got %v", want, names)
-		}
-	}
+	wantSuccessYML(t, recs, "", "playbook_on_start", "playbook_on_task_start", "runner_on_ok", "playbook_on_stats")
 	e.wantDirGone(t, "ok-1")
 	e.m.Wait() // the job leaves Running just after its end is recorded
 	if got := e.m.Running(); len(got) != 0 {

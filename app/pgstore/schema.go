@@ -86,14 +86,11 @@ var migrations = [][]string{
 	},
 }
 
-// schemaVersion is the schema this build writes.
-var schemaVersion = len(migrations)
-
 // migrateLock is the key of the advisory lock held while the schema is read and migrated, so
 // that nodes starting at once migrate one after another ("rte-app" in ASCII).
 const migrateLock = 0x7274652d617070
 
-// migrate brings the database's schema to schemaVersion in one transaction.
+// migrate brings the database's schema to the last of migrations in one transaction.
 func (s *Store) migrate(ctx context.Context) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrateLock)); err != nil {

@@ -83,10 +83,7 @@ var migrations = [][]string{
 	},
 }
 
-// schemaVersion is the schema this build writes.
-var schemaVersion = len(migrations)
-
-// migrate brings the file's schema to schemaVersion in one write transaction, so two
+// migrate brings the file's schema to the last of migrations in one write transaction, so two
 // processes opening a new file at once cannot both create it.
 func (s *Store) migrate(ctx context.Context) error {
 	s.wmu.Lock()

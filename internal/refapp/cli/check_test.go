@@ -11,8 +11,6 @@ import (
 	"github.com/rte-project/rte/protocol"
 )
 
-const checkPath = "/api/v2/runners/%s/check_node_connections"
-
 func TestCheckCommand(t *testing.T) {
 	ta := refapptest.StartApp(t)
 	rte := refapptest.JoinFakeOutbound(t, ta, "out1")

@@ -161,12 +161,6 @@ func (c *Client) Submit(ctx context.Context, req api.JobRequest) (api.JobView, e
 	return out, err
 }
 
-func (c *Client) job(ctx context.Context, id string) (api.JobView, error) {
-	var out api.JobView
-	err := c.do(ctx, http.MethodGet, "/api/v2/jobs/"+url.PathEscape(id), nil, nil, &out)
-	return out, err
-}
-
 func (c *Client) jobs(ctx context.Context, runner, states string, limit int) ([]api.JobView, error) {
 	q := url.Values{}
 	if runner != "" {
