@@ -376,11 +376,7 @@ func (b JobRequest) toJobRequest() (app.JobRequest, error) {
 	if b.TimeoutS < 0 || b.TimeoutS > protocol.MaxTimeoutS {
 		return app.JobRequest{}, fmt.Errorf("timeout_s: is %d; give the seconds the playbook may run, at most %d (7 days), or 0 for the runner's default", b.TimeoutS, protocol.MaxTimeoutS)
 	}
-	start := protocol.JobStart{
-		Playbook: b.Playbook, Inventories: b.Inventories, Extravars: b.Extravars, Limit: b.Limit,
-		Tags: b.Tags, SkipTags: b.SkipTags, Check: b.Check, Diff: b.Diff, Verbosity: b.Verbosity,
-		Forks: b.Forks, TimeoutS: b.TimeoutS, Env: b.Env,
-	}
+	start := b.start()
 	if b.Secrets != nil {
 		start.Secrets = map[string]string{}
 		if b.Secrets.VaultPassword != "" {

@@ -126,39 +126,31 @@ type JobView struct {
 	// LastSeq is the last record stored with none missing before it.
 	LastSeq int64 `json:"last_seq"`
 
-	Playbook    string            `json:"playbook"`
-	Inventories []string          `json:"inventories,omitempty"`
-	Extravars   json.RawMessage   `json:"extravars,omitempty"`
-	Limit       string            `json:"limit,omitempty"`
-	Tags        []string          `json:"tags,omitempty"`
-	SkipTags    []string          `json:"skip_tags,omitempty"`
-	Check       bool              `json:"check,omitempty"`
-	Diff        bool              `json:"diff,omitempty"`
-	Verbosity   int               `json:"verbosity,omitempty"`
-	Forks       int               `json:"forks,omitempty"`
-	TimeoutS    int               `json:"timeout_s,omitempty"`
-	Env         map[string]string `json:"env,omitempty"`
+	JobOptions
 	// Secrets names the secrets the job was given; their values are never shown.
 	Secrets []string `json:"secrets,omitempty"`
 }
 
 func NewJobView(j *app.Job) JobView {
-	s := j.Start
 	return JobView{
 		ID: j.ID, Runner: j.Runner, State: string(j.State), Status: j.Status, ExitCode: j.ExitCode,
 		Message: j.Message, CancelRequested: j.CancelRequested, CreatedAt: j.CreatedAt,
 		DispatchedAt: timeOrNil(j.DispatchedAt), StartedAt: timeOrNil(j.StartedAt), EndedAt: timeOrNil(j.EndedAt),
-		LastSeq:  j.LastSeq,
-		Playbook: s.Playbook, Inventories: s.Inventories, Extravars: s.Extravars, Limit: s.Limit,
-		Tags: s.Tags, SkipTags: s.SkipTags, Check: s.Check, Diff: s.Diff, Verbosity: s.Verbosity,
-		Forks: s.Forks, TimeoutS: s.TimeoutS, Env: s.Env, Secrets: j.SecretNames,
+		LastSeq: j.LastSeq, JobOptions: optionsOf(j.Start), Secrets: j.SecretNames,
 	}
 }
 
 // JobRequest is the body of POST /api/v2/jobs: the job.start fields an admin chooses, with
 // secrets in plaintext (the app seals them for the runner at dispatch and never stores them).
 type JobRequest struct {
-	Runner      string            `json:"runner"`
+	Runner string `json:"runner"`
+	JobOptions
+	Secrets *JobSecrets `json:"secrets,omitempty"`
+}
+
+// JobOptions are the job.start fields an admin chooses and the API shows back, in both
+// JobRequest and JobView (embedded, so their JSON keys stand at the top level of each).
+type JobOptions struct {
 	Playbook    string            `json:"playbook"`
 	Inventories []string          `json:"inventories,omitempty"`
 	Extravars   json.RawMessage   `json:"extravars,omitempty"`
@@ -171,7 +163,23 @@ type JobRequest struct {
 	Forks       int               `json:"forks,omitempty"`
 	TimeoutS    int               `json:"timeout_s,omitempty"`
 	Env         map[string]string `json:"env,omitempty"`
-	Secrets     *JobSecrets       `json:"secrets,omitempty"`
+}
+
+func optionsOf(s protocol.JobStart) JobOptions {
+	return JobOptions{
+		Playbook: s.Playbook, Inventories: s.Inventories, Extravars: s.Extravars, Limit: s.Limit,
+		Tags: s.Tags, SkipTags: s.SkipTags, Check: s.Check, Diff: s.Diff, Verbosity: s.Verbosity,
+		Forks: s.Forks, TimeoutS: s.TimeoutS, Env: s.Env,
+	}
+}
+
+// start is the job.start the options ask for, without an id, files or secrets.
+func (o JobOptions) start() protocol.JobStart {
+	return protocol.JobStart{
+		Playbook: o.Playbook, Inventories: o.Inventories, Extravars: o.Extravars, Limit: o.Limit,
+		Tags: o.Tags, SkipTags: o.SkipTags, Check: o.Check, Diff: o.Diff, Verbosity: o.Verbosity,
+		Forks: o.Forks, TimeoutS: o.TimeoutS, Env: o.Env,
+	}
 }
 
 // JobSecrets are the secrets a job may carry, by their protocol names.

@@ -332,9 +332,9 @@ func (d *demoRun) run(ctx context.Context) int {
 	}
 	d.say("connected over the pinned certificate: %s runs ansible-core %s", demoRunner, cli.OrDash(runner.AnsibleVersion))
 
-	job, err := c.Submit(ctx, api.JobRequest{
-		Runner: demoRunner, Playbook: "site.yml", Inventories: []string{"hosts.yml"}, TimeoutS: demoJobLimit,
-	})
+	job, err := c.Submit(ctx, api.JobRequest{Runner: demoRunner, JobOptions: api.JobOptions{
+		Playbook: "site.yml", Inventories: []string{"hosts.yml"}, TimeoutS: demoJobLimit,
+	}})
 	if err != nil {
 		return d.fail("submit the job: %v", err)
 	}

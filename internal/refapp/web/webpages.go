@@ -276,10 +276,12 @@ func (wb *web) startJob(w http.ResponseWriter, r *http.Request, v visit) {
 // here (extra vars must parse); the rest is the API's own checks, in submitJob.
 func (f jobForm) request() (api.JobRequest, error) {
 	req := api.JobRequest{
-		Runner:   strings.TrimSpace(f.Runner),
-		Playbook: strings.TrimSpace(f.Playbook),
-		Limit:    strings.TrimSpace(f.Limit),
-		Check:    f.Check,
+		Runner: strings.TrimSpace(f.Runner),
+		JobOptions: api.JobOptions{
+			Playbook: strings.TrimSpace(f.Playbook),
+			Limit:    strings.TrimSpace(f.Limit),
+			Check:    f.Check,
+		},
 	}
 	for _, line := range strings.Split(f.Inventories, "\n") {
 		if inv := strings.TrimSpace(line); inv != "" {
