@@ -158,6 +158,7 @@ func (a *App) markSeen(ctx context.Context, name string, hello protocol.Hello) e
 	r.LastSeen = a.cfg.Now()
 	r.Version = protocol.PeerText(hello.Version, 64)
 	r.Files = hello.Files
+	r.Images = hello.Images
 	if err := a.cfg.Store.PutRunner(ctx, r); err != nil {
 		return fmt.Errorf("update runner %q: %w", name, err)
 	}

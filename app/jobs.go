@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"go.uber.org/zap"
 
@@ -100,6 +101,13 @@ func (a *App) Submit(ctx context.Context, req JobRequest) (*Job, error) {
 	}
 	if r.Mode == ModeDatabase {
 		return nil, refusal(r, nil, "submit job %q: runner %q is still in database mode, which is gone: it takes no jobs until its RTE signs in over a socket (docs/migration-from-database-mode.md)", start.Job, r.Name)
+	}
+	// The RTE refuses an image it does not run, but only once the job reached it, ending it
+	// error; refusing here tells the submitter at once. A runner that listed no images either
+	// runs processes (its RTE refuses any image, saying so) or was not heard since images were
+	// stored: then the RTE alone decides.
+	if start.Image != "" && len(r.Images) > 0 && !protocol.ImageAllowed(r.Images, start.Image) {
+		return nil, fmt.Errorf("submit job %q: %w", start.Job, invalidJob{fmt.Errorf("image: runner %q does not run %s: its RTE allows %s (RTE_IMAGE, RTE_IMAGES_ALLOW); name one of those, or leave image out for the runner's default", r.Name, start.Image, strings.Join(r.Images, ", "))})
 	}
 	if r.Files == protocol.FilesTransfer && start.Files == nil && a.cfg.Files == nil {
 		return nil, refusal(r, ErrNoFiles, "submit job %q: runner %q takes files from the app (RTE_FILES=transfer), and the job names no bundles nor has the app a bundle source (Config.Files): give files, or set RTE_FILES=local on the runner", start.Job, r.Name)

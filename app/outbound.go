@@ -391,6 +391,7 @@ func (a *App) attachOutbound(ctx context.Context, name, token, remoteAddr string
 	r.LastSeen = a.cfg.Now()
 	r.Version = protocol.PeerText(hello.Version, 64)
 	r.Files = hello.Files
+	r.Images = hello.Images
 	r.RemoteAddr = remoteAddr
 	if err := a.cfg.Store.PutRunner(ctx, r); err != nil {
 		return nil, welcome, nil, fmt.Errorf("update runner %q: %w", name, err)

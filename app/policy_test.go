@@ -35,6 +35,7 @@ func TestSubmitErrorsAreTyped(t *testing.T) {
 	put("waiting", func(r *app.Runner) { r.State = app.StateWaiting })
 	put("transfer", func(r *app.Runner) { r.Files = protocol.FilesTransfer })
 	put("legacy", func(r *app.Runner) { r.Mode = app.ModeDatabase })
+	put("containers", func(r *app.Runner) { r.Images = []string{"rte:dev", "registry.example/ee-*"} })
 
 	start := func(edit func(*protocol.JobStart)) protocol.JobStart {
 		js := protocol.JobStart{Playbook: "site.yml"}
@@ -69,6 +70,8 @@ func TestSubmitErrorsAreTyped(t *testing.T) {
 			state: app.StateWaiting, not: []error{app.ErrNoFiles}, says: `runner "waiting" is waiting, not approved`},
 		{name: "no files to send", runner: "transfer", start: start(nil), is: []error{app.ErrRefused, app.ErrNoFiles},
 			state: app.StateApproved, not: []error{app.ErrNotApproved}, says: "RTE_FILES=transfer"},
+		{name: "image the runner does not run", runner: "containers", start: start(func(js *protocol.JobStart) { js.Image = "registry.example/other:1" }),
+			is: []error{app.ErrInvalidJob}, not: []error{app.ErrRefused}, says: `runner "containers" does not run registry.example/other:1: its RTE allows rte:dev, registry.example/ee-*`},
 		{name: "database mode", runner: "legacy", start: start(nil), is: []error{app.ErrRefused},
 			state: app.StateApproved, not: []error{app.ErrNotApproved, app.ErrNoFiles}, says: "database mode"},
 	}
@@ -103,6 +106,13 @@ func TestSubmitErrorsAreTyped(t *testing.T) {
 	}
 	if jobs, err := ta.ListJobs(ctx, app.JobFilter{}); err != nil || len(jobs) != 0 {
 		t.Errorf("after only refused submissions the store holds %d jobs (%v), want none", len(jobs), err)
+	}
+	// What the runner's hello allows is queued; a runner that listed no images (jobs as
+	// processes, or not heard since images were stored) leaves the decision to its RTE.
+	for runner, image := range map[string]string{"containers": "registry.example/ee-216:1", "rte01": "anything:1"} {
+		if _, err := ta.Submit(ctx, app.JobRequest{Runner: runner, JobStart: start(func(js *protocol.JobStart) { js.Image = image })}); err != nil {
+			t.Errorf("Submit of image %s to runner %s = %v, want it queued", image, runner, err)
+		}
 	}
 }
 

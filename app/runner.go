@@ -2,6 +2,7 @@ package app
 
 import (
 	"bytes"
+	"slices"
 	"time"
 )
 
@@ -32,7 +33,12 @@ type Runner struct {
 	URL   string // inbound: where the app dials (the RTE's RTE_URL); empty for outbound runners
 	Mode  string // protocol.ModeInbound, protocol.ModeOutbound, or ModeDatabase
 	Files string // protocol.FilesTransfer or protocol.FilesLocal, as the last hello said
-	State State
+	// Images are the job images the runner allows, as its last hello said (hello.images): its
+	// RTE_IMAGE first, then RTE_IMAGES_ALLOW's entries. Empty for a runner whose jobs run as
+	// processes, and for one never heard since images were stored; Submit checks a job's image
+	// against them only when there are some, so an empty list never refuses anything.
+	Images []string
+	State  State
 
 	// Token is the runner's RTE_TOKEN: the app presents it when dialling, so it is a credential
 	// and must never be logged or shown; TokenFingerprint is what people compare.
@@ -72,5 +78,6 @@ func (r *Runner) Clone() *Runner {
 	c := *r
 	c.Certificate = bytes.Clone(r.Certificate)
 	c.PendingCertificate = bytes.Clone(r.PendingCertificate)
+	c.Images = slices.Clone(r.Images)
 	return &c
 }

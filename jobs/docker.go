@@ -100,19 +100,10 @@ func (c *ContainerConfig) Images() []string {
 	return append([]string{c.Image}, c.Allow...)
 }
 
-// allows reports whether a job may run in image: the default, or one the allowlist matches.
-// A pattern's * does not cross "/", so registry.example/ee-* never lets in a path below it
-// (registry.example/ee-x/../evil), nor another registry.
+// allows reports whether a job may run in image: the default, or one the allowlist matches
+// (protocol.ImageAllowed, the rule the app also applies at submit).
 func (c *ContainerConfig) allows(image string) bool {
-	if image == c.Image {
-		return true
-	}
-	for _, p := range c.Allow {
-		if ok, err := path.Match(p, image); err == nil && ok {
-			return true
-		}
-	}
-	return false
+	return protocol.ImageAllowed(c.Images(), image)
 }
 
 // newDockerClient talks to the engine at host, at the highest API version both sides know

@@ -138,6 +138,17 @@ func TestImageReferences(t *testing.T) {
 	if !protocol.ValidImagePattern("registry.example/ee-*:*") || !protocol.ValidImagePattern("*") || protocol.ValidImagePattern("a?") {
 		t.Errorf("ValidImagePattern: * must be allowed, ? not")
 	}
+	images := []string{"rte:dev", "registry.example/ee-*", "registry.example/team/*:2.16"}
+	for image, ok := range map[string]bool{"rte:dev": true, "registry.example/ee-216:1": true, "registry.example/team/ee:2.16": true,
+		"rte:dev2": false, "registry.example/ee-x/../evil": false, "registry.example/ee-a/b": false,
+		"other.example/ee-216": false, "registry.example/team/ee:2.17": false, "": false} {
+		if protocol.ImageAllowed(images, image) != ok {
+			t.Errorf("ImageAllowed(%q, %q) = %v, want %v", images, image, !ok, ok)
+		}
+	}
+	if protocol.ImageAllowed(nil, "rte:dev") {
+		t.Error("ImageAllowed with no images allowed an image")
+	}
 	msg, err := protocol.Decode([]byte(`{"type":"job.start","job":"j","playbook":"p","image":"registry.example/ee-216:1"}`))
 	if err != nil || msg.(*protocol.JobStart).Image != "registry.example/ee-216:1" {
 		t.Fatalf("Decode of an image = %v, %v", msg, err)

@@ -3,6 +3,7 @@ package protocol
 import (
 	"bytes"
 	"fmt"
+	"path"
 	"regexp"
 	"sort"
 	"strings"
@@ -27,6 +28,22 @@ func ValidImage(ref string) bool { return imagePattern.MatchString(ref) }
 // ValidImagePattern reports whether p is an entry of the RTE's image allowlist as hello shows
 // it: an image reference in which * may also stand for any characters but "/".
 func ValidImagePattern(p string) bool { return imagePatternPattern.MatchString(p) }
+
+// ImageAllowed reports whether a job may name image on an RTE whose hello listed images: an
+// entry equal to it, or a pattern matching it, where * stands for any characters but "/" (so
+// registry.example/ee-* never lets in a path below it, nor another registry). The RTE decides
+// with the same function; the app uses it to refuse at submit what the RTE would refuse.
+func ImageAllowed(images []string, image string) bool {
+	for _, p := range images {
+		if p == image {
+			return true
+		}
+		if ok, err := path.Match(p, image); err == nil && ok {
+			return true
+		}
+	}
+	return false
+}
 
 // imageRule is how a refusal describes a valid image reference.
 const imageRule = "1 to 255 of [A-Za-z0-9._/:@-], starting with a letter or digit (name[:tag] or name@sha256:digest)"

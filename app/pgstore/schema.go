@@ -84,6 +84,9 @@ var migrations = [][]string{
 			wake      BIGINT NOT NULL
 		)`,
 	},
+	{ // 2: the job images a runner allows, from its hello (Runner.Images, sqlrows.JoinImages)
+		`ALTER TABLE runners ADD COLUMN images TEXT NOT NULL DEFAULT ''`,
+	},
 }
 
 // migrateLock is the key of the advisory lock held while the schema is read and migrated, so

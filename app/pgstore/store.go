@@ -127,13 +127,14 @@ func (s *Store) fail(op string, err error) error {
 
 func scanRunner(row pgx.Row) (*app.Runner, error) {
 	var r app.Runner
-	var state string
+	var state, images string
 	var times [3]string
 	if err := row.Scan(&r.Name, &r.URL, &r.Mode, &r.Files, &state, &r.Token, &r.TokenFingerprint,
 		&r.Certificate, &r.PendingCertificate, &r.CertificateSHA256, &r.Version, &r.MaxJobs,
-		&r.RemoteAddr, &times[0], &times[1], &times[2], &r.Seeded); err != nil {
+		&r.RemoteAddr, &times[0], &times[1], &times[2], &r.Seeded, &images); err != nil {
 		return nil, err
 	}
+	r.Images = sqlrows.SplitImages(images)
 	r.State = app.State(state)
 	for i, dst := range []*time.Time{&r.RequestedAt, &r.ApprovedAt, &r.LastSeen} {
 		t, err := sqlrows.ParseTime(times[i])
@@ -165,10 +166,10 @@ func (s *Store) PutRunner(ctx context.Context, r *app.Runner) error {
 	ctx, cancel := call(ctx)
 	defer cancel()
 	_, err := s.pool.Exec(ctx, `INSERT INTO runners (`+sqlrows.RunnerColumns+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) `+sqlrows.RunnerUpsert,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) `+sqlrows.RunnerUpsert,
 		r.Name, r.URL, r.Mode, r.Files, string(r.State), r.Token, r.TokenFingerprint,
 		r.Certificate, r.PendingCertificate, r.CertificateSHA256, r.Version, r.MaxJobs,
-		r.RemoteAddr, sqlrows.FormatTime(r.RequestedAt), sqlrows.FormatTime(r.ApprovedAt), sqlrows.FormatTime(r.LastSeen), r.Seeded)
+		r.RemoteAddr, sqlrows.FormatTime(r.RequestedAt), sqlrows.FormatTime(r.ApprovedAt), sqlrows.FormatTime(r.LastSeen), r.Seeded, sqlrows.JoinImages(r.Images))
 	if err != nil {
 		return s.fail(fmt.Sprintf("put runner %q", r.Name), err)
 	}

@@ -124,12 +124,46 @@ func TestMigrateTogether(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	if err := conn.QueryRow(context.Background(), `SELECT version FROM schema_version`).Scan(&v); err != nil || v != 1 {
-		t.Fatalf("schema version %d (%v), want 1", v, err)
+	if err := conn.QueryRow(context.Background(), `SELECT version FROM schema_version`).Scan(&v); err != nil || v != 2 {
+		t.Fatalf("schema version %d (%v), want 2 (the last migration)", v, err)
 	}
 	var rows int
 	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM schema_version`).Scan(&rows); err != nil || rows != 1 {
 		t.Fatalf("schema_version has %d rows (%v), want 1", rows, err)
+	}
+}
+
+// TestMigrateFromVersion1: a database a build with schema version 1 wrote (no images column)
+// opens, keeps its runner, and stores the images the runner's hello lists.
+func TestMigrateFromVersion1(t *testing.T) {
+	ctx := context.Background()
+	url := newDatabase(t)
+	s := open(t, url)
+	if err := s.PutRunner(ctx, &app.Runner{Name: "rte01", Mode: protocol.ModeInbound, State: app.StateApproved, Token: "tok-0123456789abcdef"}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Version 1 is what the current schema is without migration 2's column.
+	if _, err := conn.Exec(ctx, `ALTER TABLE runners DROP COLUMN images; UPDATE schema_version SET version = 1`); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close(ctx)
+
+	s = open(t, url)
+	r, err := s.GetRunner(ctx, "rte01")
+	if err != nil || r.Token != "tok-0123456789abcdef" || r.Images != nil {
+		t.Fatalf("runner after the migration: %+v, %v", r, err)
+	}
+	r.Images = []string{"rte:dev", "registry.example/ee-*"}
+	if err := s.PutRunner(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.GetRunner(ctx, "rte01"); err != nil || strings.Join(r.Images, " ") != "rte:dev registry.example/ee-*" {
+		t.Fatalf("images after the migration read back as %q (%v)", r.Images, err)
 	}
 }
 

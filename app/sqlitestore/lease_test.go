@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -59,19 +60,19 @@ func TestMigrateFromVersion1(t *testing.T) {
 	s := open(t, path)
 	defer s.Close()
 	r, err := s.GetRunner(ctx, "rte01")
-	if err != nil || r.Token != "tok-0123456789abcdef" || r.Seeded {
+	if err != nil || r.Token != "tok-0123456789abcdef" || r.Seeded || r.Images != nil {
 		t.Fatalf("runner after the migration: %+v, %v", r, err)
 	}
 	j, err := s.GetJob(ctx, "j1")
 	if err != nil || j.SubmitNode != "" || j.SealedSecrets != nil || !j.CreatedAt.Equal(t0) {
 		t.Fatalf("job after the migration: %+v, %v", j, err)
 	}
-	r.Seeded = true
+	r.Seeded, r.Images = true, []string{"rte:dev"}
 	if err := s.PutRunner(ctx, r); err != nil {
 		t.Fatal(err)
 	}
-	if r, _ := s.GetRunner(ctx, "rte01"); !r.Seeded {
-		t.Fatal("seeded did not read back")
+	if r, _ := s.GetRunner(ctx, "rte01"); !r.Seeded || !slices.Equal(r.Images, []string{"rte:dev"}) {
+		t.Fatalf("seeded and images did not read back: %+v", r)
 	}
 	if _, err := s.ClaimLeases(ctx, "app-1", "a", []app.LeaseClaim{{Runner: "rte01"}}, t0, t0.Add(time.Second)); err != nil {
 		t.Fatalf("claim on a migrated file: %v", err)

@@ -81,6 +81,9 @@ var migrations = [][]string{
 			wake      INTEGER NOT NULL
 		)`,
 	},
+	{ // 3: the job images a runner allows, from its hello (Runner.Images, sqlrows.JoinImages)
+		`ALTER TABLE runners ADD COLUMN images TEXT NOT NULL DEFAULT ''`,
+	},
 }
 
 // migrate brings the file's schema to the last of migrations in one write transaction, so two

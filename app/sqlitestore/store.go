@@ -103,12 +103,13 @@ type scanner interface{ Scan(dest ...any) error }
 
 func scanRunner(row scanner) (*app.Runner, error) {
 	var r app.Runner
-	var state, requested, approved, seen string
+	var state, requested, approved, seen, images string
 	if err := row.Scan(&r.Name, &r.URL, &r.Mode, &r.Files, &state, &r.Token, &r.TokenFingerprint,
 		&r.Certificate, &r.PendingCertificate, &r.CertificateSHA256, &r.Version, &r.MaxJobs,
-		&r.RemoteAddr, &requested, &approved, &seen, &r.Seeded); err != nil {
+		&r.RemoteAddr, &requested, &approved, &seen, &r.Seeded, &images); err != nil {
 		return nil, err
 	}
+	r.Images = sqlrows.SplitImages(images)
 	r.State = app.State(state)
 	var err error
 	if r.RequestedAt, err = sqlrows.ParseTime(requested); err == nil {
@@ -140,10 +141,10 @@ func (s *Store) PutRunner(ctx context.Context, r *app.Runner) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	_, err := s.db.ExecContext(ctx, `INSERT INTO runners (`+sqlrows.RunnerColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) `+sqlrows.RunnerUpsert,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) `+sqlrows.RunnerUpsert,
 		r.Name, r.URL, r.Mode, r.Files, string(r.State), r.Token, r.TokenFingerprint,
 		r.Certificate, r.PendingCertificate, r.CertificateSHA256, r.Version, r.MaxJobs,
-		r.RemoteAddr, sqlrows.FormatTime(r.RequestedAt), sqlrows.FormatTime(r.ApprovedAt), sqlrows.FormatTime(r.LastSeen), r.Seeded)
+		r.RemoteAddr, sqlrows.FormatTime(r.RequestedAt), sqlrows.FormatTime(r.ApprovedAt), sqlrows.FormatTime(r.LastSeen), r.Seeded, sqlrows.JoinImages(r.Images))
 	if err != nil {
 		return fmt.Errorf("put runner %q: %w", r.Name, err)
 	}

@@ -132,12 +132,14 @@ func testRunners(t *testing.T, s app.Store) {
 	r := &app.Runner{Name: "rte01", URL: "https://127.0.0.1:8000", Mode: protocol.ModeInbound, Files: protocol.FilesTransfer,
 		State: app.StateApproved, Token: token, TokenFingerprint: protocol.TokenFingerprint(token),
 		Certificate: cert, CertificateSHA256: protocol.CertificateSHA256(cert), Version: "1.2.3", MaxJobs: 3,
-		RemoteAddr: "127.0.0.1:5555", RequestedAt: t0, ApprovedAt: t0.Add(time.Minute), Seeded: true}
+		RemoteAddr: "127.0.0.1:5555", RequestedAt: t0, ApprovedAt: t0.Add(time.Minute), Seeded: true,
+		Images: []string{"registry.example/ee:2.14", "registry.example/ee-*"}}
 	if err := s.PutRunner(ctx, r); err != nil {
 		t.Fatal(err)
 	}
 	orig := r.Clone()
 	r.Certificate[0] ^= 0xff // the store must hold its own copy
+	r.Images[0] = "changed"
 	got, err := s.GetRunner(ctx, "rte01")
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +152,7 @@ func testRunners(t *testing.T, s app.Store) {
 		t.Errorf("changing a runner read from the store changed the stored one: %v", err)
 	}
 	r = orig
-	r.State, r.PendingCertificate, r.LastSeen, r.Seeded = app.StateWaiting, der(2), t0.Add(time.Hour), false
+	r.State, r.PendingCertificate, r.LastSeen, r.Seeded, r.Images = app.StateWaiting, der(2), t0.Add(time.Hour), false, nil
 	if err := s.PutRunner(ctx, r); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ package sqlrows
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/rte-project/rte/app"
@@ -41,7 +42,7 @@ func NotFound(what, name string) error { return fmt.Errorf("%s %q: %w", what, na
 const (
 	RunnerColumns = `name, url, mode, files, state, token, token_fingerprint, certificate,
 	pending_certificate, certificate_sha256, version, max_jobs, remote_addr, requested_at,
-	approved_at, last_seen, seeded`
+	approved_at, last_seen, seeded, images`
 	JobColumns = `id, runner, start, secret_names, state, cancel_requested, status, exit_code,
 	message, created_at, dispatched_at, started_at, ended_at, submit_node, sealed_secrets, last_seq`
 	LeaseColumns = `runner, node, instance, expires, connected, wake`
@@ -55,7 +56,19 @@ const RunnerUpsert = `ON CONFLICT (name) DO UPDATE SET url = excluded.url, mode 
 	certificate_sha256 = excluded.certificate_sha256, version = excluded.version,
 	max_jobs = excluded.max_jobs, remote_addr = excluded.remote_addr,
 	requested_at = excluded.requested_at, approved_at = excluded.approved_at,
-	last_seen = excluded.last_seen, seeded = excluded.seeded`
+	last_seen = excluded.last_seen, seeded = excluded.seeded, images = excluded.images`
+
+// JoinImages is how both stores keep Runner.Images in one text column: the entries joined with
+// commas, which no image reference or pattern may hold (protocol.ValidImagePattern).
+func JoinImages(images []string) string { return strings.Join(images, ",") }
+
+// SplitImages undoes JoinImages; "" is no images.
+func SplitImages(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
+}
 
 // Scanner is a row of either store's driver (*sql.Row, *sql.Rows, pgx.Row).
 type Scanner interface{ Scan(dest ...any) error }
