@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"syscall"
 	"testing"
@@ -77,7 +78,24 @@ func containerSuite(t *testing.T, engine, host string) {
 	})
 
 	t.Run("image not allowed", func(t *testing.T) {
-		j := r.submit(protocol.JobStart{Playbook: "hello.yml", Inventories: []string{"local.ini"}, Image: "registry.example/other:1"})
+		ctx := context.Background()
+		js := protocol.JobStart{Playbook: "hello.yml", Inventories: []string{"local.ini"}, Image: "registry.example/other:1"}
+		// The app refuses it at submit, from the images the runner's hello listed...
+		if j, err := r.App.Submit(ctx, app.JobRequest{Runner: r.Name, JobStart: js}); !errors.Is(err, app.ErrInvalidJob) ||
+			!strings.Contains(err.Error(), "does not run registry.example/other:1: its RTE allows "+engineImage+", registry.example/ee-*:*") {
+			t.Fatalf("Submit of an image the runner does not allow = %+v, %v; want ErrInvalidJob naming it and what the RTE allows", j, err)
+		}
+		// ...and the RTE refuses it itself for an app that did not check (here: one that never
+		// stored the runner's images).
+		runner, err := r.Store.GetRunner(ctx, r.Name)
+		if err != nil || len(runner.Images) != 2 {
+			t.Fatalf("stored runner %+v (%v), want the two images of its hello", runner, err)
+		}
+		runner.Images = nil
+		if err := r.Store.PutRunner(ctx, runner); err != nil {
+			t.Fatal(err)
+		}
+		j := r.submit(js)
 		end := r.waitEnd(j.ID, time.Minute)
 		if end.Status != protocol.StatusError || !strings.Contains(end.Message, "image: registry.example/other:1 is not allowed on this RTE") {
 			t.Fatalf("job %+v, want an error end naming the image", end)
