@@ -421,12 +421,15 @@ func TestMeasureEngineLatency(t *testing.T) {
 		t.Skip("a measurement: set RTE_MEASURE=1 to run it")
 	}
 	const runs = 5
-	for _, engine := range []string{"process", "docker"} {
+	for _, engine := range []string{"process", "docker", "podman"} {
 		mutate := func(cfg *jobs.Config) { cfg.Files = copyFiles{} }
 		var e *testEnv
-		if engine == "docker" {
-			e, _ = newDockerEnv(t, "docker-test-measure", mutate)
-		} else {
+		switch engine {
+		case "docker":
+			e, _ = newEngineEnv(t, dockerEngine, "docker-test-measure", nil)
+		case "podman":
+			e, _ = newEngineEnv(t, podmanEngine, "podman-test-measure", nil)
+		default:
 			e = newTestEnv(t, mutate)
 		}
 		var toStart, toEnd []time.Duration
