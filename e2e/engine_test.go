@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -267,4 +270,43 @@ func logTexts(recs []protocol.Record) []string {
 		}
 	}
 	return out
+}
+
+// TestContainerJobsFromANonRootRTE: the RTE as the rte image's own user (uid and gid 10001),
+// in the engine socket's group, runs each job in a container as that same uid: the job
+// directory it made is the job's without a chown, the user's home in the image (/home/rte) is
+// writable for ansible's temporary files, and the job's output comes back as for root.
+func TestContainerJobsFromANonRootRTE(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: this test runs jobs in real containers")
+	}
+	dockerClient(t)
+	sock, err := os.Stat(strings.TrimPrefix(engineHost, "unix://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const uid = 10001 // the rte user of the image (Dockerfile)
+	cred := &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{sock.Sys().(*syscall.Stat_t).Gid}}
+	src := newPackSource(t)
+	whoami := `- hosts: all
+  gather_facts: false
+  tasks:
+    - ansible.builtin.command: id -u
+      register: who
+      changed_when: false
+    - ansible.builtin.debug:
+        msg: "job uid {{ who.stdout }}"
+`
+	if err := os.WriteFile(filepath.Join(src.playbooks, "whoami.yml"), []byte(whoami), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := newJobRig(t, asUser(cred), withRTEEnv("RTE_FILES=transfer", "RTE_ENGINE=docker",
+		"RTE_IMAGE="+engineImage, "RTE_ENGINE_HOST="+engineHost),
+		withApp(func(c *app.Config) { c.Files = src }))
+	j := r.submit(protocol.JobStart{Playbook: "whoami.yml", Inventories: []string{"local.ini"}})
+	end := r.waitEnd(j.ID, 2*time.Minute)
+	s := r.story(j.ID)
+	if end.Status != protocol.StatusSuccess || !strings.Contains(s.Output, fmt.Sprintf("job uid %d", uid)) {
+		t.Fatalf("job %+v, want success run as uid %d; output:\n%s", end, uid, s.Output)
+	}
 }

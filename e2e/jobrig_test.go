@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -30,6 +31,8 @@ type jobRig struct {
 	Name  string
 	dir   string
 	env   []string
+	bin   string              // the rte binary
+	cred  *syscall.Credential // the RTE's user; nil: the test's own
 
 	// side is this node's app half: for more app nodes on the same store (nodes_test.go), its
 	// file, the config it was made with, and its listener, where the RTE registers. Nil on a
@@ -42,10 +45,18 @@ type rigOption func(*rigConfig)
 type rigConfig struct {
 	rteEnv  []string
 	appEdit func(*app.Config)
+	cred    *syscall.Credential
 }
 
 func withRTEEnv(kv ...string) rigOption {
 	return func(c *rigConfig) { c.rteEnv = append(c.rteEnv, kv...) }
+}
+
+// asUser runs the RTE as another user (the test must be root): its directory is made outside
+// the test's temporary directory, which only root may enter, and given to that user, and the
+// binary is copied where that user can run it.
+func asUser(cred *syscall.Credential) rigOption {
+	return func(c *rigConfig) { c.cred = cred }
 }
 
 // withApp changes the app's config before the app is made (a bundle source, say).
@@ -72,7 +83,11 @@ func newJobRig(t testing.TB, opts ...rigOption) *jobRig {
 	testdata, _ := filepath.Abs("testdata")
 	port := freePort(t)
 	px := testenv.StartForwarder(t, fmt.Sprintf("127.0.0.1:%d", port))
-	r := &jobRig{t: t, App: side.App, Store: side.Store, Proxy: px, Name: "rte-jobs", dir: t.TempDir(), side: side}
+	r := &jobRig{t: t, App: side.App, Store: side.Store, Proxy: px, Name: "rte-jobs", dir: t.TempDir(), side: side,
+		bin: filepath.Join(binDir, "rte"), cred: cfg.cred}
+	if cfg.cred != nil {
+		r.dir, r.bin = userDirs(t, cfg.cred)
+	}
 	r.env = append([]string{
 		"HTTPS=1", "RTE_TOKEN=" + testToken, "RTE_NAME=" + r.Name, "RTE_JOIN_TOKEN=" + joinToken,
 		"APP_URL=" + side.URL, "RTE_URL=https://" + px.Addr(),
@@ -80,7 +95,7 @@ func newJobRig(t testing.TB, opts ...rigOption) *jobRig {
 		"REPO_PATH=" + filepath.Join(testdata, "inventory"),
 		"RTE_DRAIN_SECONDS=2",
 	}, cfg.rteEnv...)
-	r.RTE = startRTE(t, r.dir, port, r.env...)
+	r.RTE = testenv.StartRTEAs(t, r.cred, r.bin, r.dir, port, r.env...)
 
 	side.Start(t)
 	r.waitConnected()
@@ -98,7 +113,7 @@ func (r *jobRig) Stop() {
 func (r *jobRig) Restart() {
 	r.t.Helper()
 	r.RTE.Kill()
-	r.RTE = startRTE(r.t, r.dir, r.RTE.Port, r.env...)
+	r.RTE = testenv.StartRTEAs(r.t, r.cred, r.bin, r.dir, r.RTE.Port, r.env...)
 }
 
 func (r *jobRig) waitConnected() {
@@ -264,4 +279,38 @@ func processesWith(marker string) []string {
 		}
 	}
 	return out
+}
+
+// userDirs makes the RTE's directory, owned by cred's user, and a copy of the rte binary that
+// user can run, both under the system's temporary directory (the test's own is root's only);
+// the test's end removes them.
+func userDirs(t testing.TB, cred *syscall.Credential) (dir, bin string) {
+	t.Helper()
+	if os.Getuid() != 0 {
+		t.Skip("needs root to start the RTE as another user")
+	}
+	top, err := os.MkdirTemp("", "rte-e2e-user-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(top) })
+	dir = filepath.Join(top, "rte")
+	if err := os.Chmod(top, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(binDir, "rte"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin = filepath.Join(top, "rte-bin")
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir, bin
 }

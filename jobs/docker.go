@@ -131,6 +131,9 @@ type dockerEngine struct {
 	log      *zap.Logger
 	uid, gid int    // the container's user
 	plugins  string // the RTE's af_events plugin directory, copied into each job's
+
+	homesMu sync.Mutex
+	homes   map[string]string // image id -> the container user's passwd home there (homeIn)
 }
 
 func newDockerEngine(cfg ContainerConfig, plugins string, log *zap.Logger) (*dockerEngine, error) {
@@ -142,7 +145,7 @@ func newDockerEngine(cfg ContainerConfig, plugins string, log *zap.Logger) (*doc
 	if uid == 0 {
 		uid, gid = nobody, nobody
 	}
-	return &dockerEngine{cfg: cfg, cli: cli, log: log, uid: uid, gid: gid, plugins: plugins}, nil
+	return &dockerEngine{cfg: cfg, cli: cli, log: log, uid: uid, gid: gid, plugins: plugins, homes: map[string]string{}}, nil
 }
 
 func (d *dockerEngine) ready(ctx context.Context, image string) error {
@@ -246,6 +249,11 @@ func (d *dockerEngine) start(ctx context.Context, l launch) (running, *os.File, 
 	entry = append(append(entry, l.binary), l.args...)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dockerAPITimeout)
 	defer cancel()
+	userHome, err := d.homeIn(cctx, image)
+	if err != nil {
+		p.closeAll()
+		return nil, nil, nil, err
+	}
 	created, err := d.cli.ContainerCreate(cctx, client.ContainerCreateOptions{
 		Config: &container.Config{
 			Image:      image,
@@ -264,7 +272,7 @@ func (d *dockerEngine) start(ctx context.Context, l launch) (running, *os.File, 
 			SecurityOpt:    []string{"no-new-privileges"},
 			CapDrop:        []string{"ALL"},
 			ReadonlyRootfs: true,
-			Tmpfs:          d.tmpfs(),
+			Tmpfs:          d.tmpfs(userHome),
 			Resources:      d.resources(),
 		},
 	})
@@ -328,11 +336,10 @@ func podmanUlimits() []*container.Ulimit {
 // podmanLimit is a job container's nofile and nproc limit under Podman (podmanUlimits).
 const podmanLimit = 1024
 
-// tmpfs are the container's writable places besides the job directory. ansible expands the
-// remote temp directory (~/.ansible/tmp) with the user's passwd home, not HOME, even for
-// connection: local; nobody's home in Debian images is /nonexistent, on the read-only root, so
-// it gets a small tmpfs of its own.
-func (d *dockerEngine) tmpfs() map[string]string {
+// tmpfs are the container's writable places besides the job directory: /tmp, the secrets'
+// directory, and the user's passwd home in the image (userHome, from homeIn; "" for none),
+// where ansible keeps its temporary files (dockerhome.go says why).
+func (d *dockerEngine) tmpfs(userHome string) map[string]string {
 	t := map[string]string{"/tmp": "rw,nosuid,nodev,size=64m"}
 	// The job's secrets: only the container's user may list or read them. Podman refuses
 	// uid= and gid= (as below): a sticky world-writable directory in a container of one user,
@@ -341,12 +348,12 @@ func (d *dockerEngine) tmpfs() map[string]string {
 	if d.cfg.Podman {
 		t[secretMount] = "rw,nosuid,nodev,noexec,size=1m,mode=1777"
 	}
-	if d.uid == nobody {
-		t["/nonexistent"] = fmt.Sprintf("rw,nosuid,nodev,size=64m,uid=%d,gid=%d,mode=0700", d.uid, d.gid)
+	if userHome != "" && userHome != secretMount {
+		t[userHome] = fmt.Sprintf("rw,nosuid,nodev,size=64m,uid=%d,gid=%d,mode=0700", d.uid, d.gid)
 		if d.cfg.Podman {
 			// Podman refuses uid= and gid= on a tmpfs; the container runs one user only, so
 			// a sticky world-writable directory gives it the same.
-			t["/nonexistent"] = "rw,nosuid,nodev,size=64m,mode=1777"
+			t[userHome] = "rw,nosuid,nodev,size=64m,mode=1777"
 		}
 	}
 	return t
@@ -584,7 +591,9 @@ func RemoveContainers(ctx context.Context, cfg ContainerConfig) ([]string, error
 			problems = append(problems, fmt.Errorf("remove container %s of job %s: %w", shortID(c.ID), c.Labels[LabelJob], err))
 			continue
 		}
-		jobs = append(jobs, c.Labels[LabelJob])
+		if job := c.Labels[LabelJob]; job != "" { // not homeIn's short-lived reader
+			jobs = append(jobs, job)
+		}
 	}
 	return jobs, errors.Join(problems...)
 }

@@ -106,7 +106,19 @@ func LaunchRTE(cfg RTEConfig) (*RTE, error) {
 // test's end kills it and, if the test failed, logs its output.
 func StartRTE(t T, bin, dir string, port int, env ...string) *RTE {
 	t.Helper()
-	p, err := LaunchRTE(RTEConfig{Bin: bin, Dir: dir, Env: append([]string{
+	return StartRTEAs(t, nil, bin, dir, port, env...)
+}
+
+// StartRTEAs is StartRTE with the child running as cred's user and groups (nil: as the test
+// itself), in its own process group. bin and dir must be reachable by that user: dir is not
+// created with its ownership, so the caller makes and chowns it.
+func StartRTEAs(t T, cred *syscall.Credential, bin, dir string, port int, env ...string) *RTE {
+	t.Helper()
+	var attr *syscall.SysProcAttr
+	if cred != nil {
+		attr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
+	}
+	p, err := LaunchRTE(RTEConfig{Bin: bin, Dir: dir, SysProcAttr: attr, Env: append([]string{
 		"PATH=" + os.Getenv("PATH"), "HOME=" + dir,
 		fmt.Sprintf("PORT=%d", port), "LISTEN_HOST=127.0.0.1", "LOG_LEVEL=debug",
 	}, env...)})
