@@ -250,9 +250,10 @@ func (p *Packer) lookupNoTouch(key string) (string, bool) {
 	return name, err == nil
 }
 
-// Frames returns the frame index of a bundle in the cache directory (see ScanFrames), at most
-// maxFrames frames, for an RTE that reuses frames it already holds.
-func (p *Packer) Frames(name string, maxFrames int) ([]Frame, error) {
+// Index returns the frame index of a bundle in the cache directory, as bundle.frames carries
+// it: each zstd frame's size and SHA-256, in order, at most protocol.MaxBundleFrames of them.
+// It reads the bundle once (ScanFrames) and decompresses nothing.
+func (p *Packer) Index(name string) ([]protocol.BundleFrame, error) {
 	if !protocol.ValidHash(name) {
 		return nil, fmt.Errorf("bundle packer: %q is not a bundle name", protocol.PeerText(name, 80))
 	}
@@ -261,9 +262,13 @@ func (p *Packer) Frames(name string, maxFrames int) ([]Frame, error) {
 		return nil, fmt.Errorf("bundle packer: %w", err)
 	}
 	defer f.Close()
-	frames, err := ScanFrames(f, maxFrames)
+	frames, err := ScanFrames(f, protocol.MaxBundleFrames)
 	if err != nil {
 		return nil, fmt.Errorf("bundle packer: bundle %s: %w", name, err)
 	}
-	return frames, nil
+	out := make([]protocol.BundleFrame, len(frames))
+	for i, fr := range frames {
+		out[i] = protocol.BundleFrame{Size: fr.Size, SHA256: hex.EncodeToString(fr.Hash[:])}
+	}
+	return out, nil
 }
