@@ -323,6 +323,7 @@ func BenchmarkFrames(b *testing.B) {
 	b.ReportMetric(float64(size)/float64(oneFrame), "ratio-one-frame")
 	b.ReportMetric(float64(len(frames)), "frames")
 	b.ReportMetric(float64(len(after)), "whole-bytes")
+	b.ReportMetric(float64(oneFrame), "one-frame-bytes")
 	b.ReportMetric(float64(fetched), "changed-frame-bytes")
 	b.ReportMetric(float64(len(indexJSON)), "index-bytes")
 	b.ReportMetric(float64(fileAlone), "file-alone-bytes")

@@ -2,6 +2,7 @@ package bundle
 
 import (
 	"archive/tar"
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -265,7 +266,10 @@ func linkTarget(linkRel, target string) (string, string) {
 // group of entries (see framer), and returns the bundle's name, size and frame index.
 func writeBundle(ctx context.Context, root string, entries []entry, w io.Writer) (string, int64, []Frame, error) {
 	h := sha256.New()
-	cw := &countingWriter{w: w, h: h}
+	// Buffered: every frame ends with a flush of the encoder's small writes (frame header,
+	// last block, checksum), which would be system calls of a few bytes each on a file.
+	bw := bufio.NewWriterSize(w, 256<<10)
+	cw := &countingWriter{w: bw, h: h}
 	zw, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstdLevel), zstd.WithEncoderConcurrency(1))
 	if err != nil {
 		return "", 0, nil, fmt.Errorf("start zstd encoder: %w", err)
@@ -324,6 +328,9 @@ func writeBundle(ctx context.Context, root string, entries []entry, w io.Writer)
 	}
 	if err := fr.cut(); err != nil {
 		return "", 0, nil, fmt.Errorf("pack %s: finish zstd: %w", root, err)
+	}
+	if err := bw.Flush(); err != nil {
+		return "", 0, nil, fmt.Errorf("pack %s: %w", root, err)
 	}
 	return "sha256:" + hex.EncodeToString(h.Sum(nil)), cw.n, fr.frames, nil
 }
