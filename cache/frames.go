@@ -197,3 +197,23 @@ func (in *Incoming) copyFrame(open map[string]*os.File, at frameAt, off int64, w
 	}
 	return [32]byte(h.Sum(nil)) == want, nil
 }
+
+// sweepFrames removes frame indexes whose bundle is gone: one evicted between its commit and
+// its index being written, or by a process killed between removing a bundle and its index.
+// Such an index only costs a failed open in Fill, but would stay forever.
+func (c *Cache) sweepFrames() error {
+	ents, err := os.ReadDir(c.frames)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		hexName, ok := strings.CutSuffix(e.Name(), framesSuffix)
+		if !ok || !protocol.ValidHash("sha256:"+hexName) || c.Has("sha256:"+hexName) {
+			continue
+		}
+		if err := os.Remove(filepath.Join(c.frames, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}

@@ -159,7 +159,8 @@ func TestFillFailsClosed(t *testing.T) {
 	}
 }
 
-// TestEvictRemovesFrameIndex: an evicted bundle takes its frame index with it.
+// TestEvictRemovesFrameIndex: an evicted bundle takes its frame index with it, and a sweep
+// removes an index whose bundle is gone.
 func TestEvictRemovesFrameIndex(t *testing.T) {
 	dir := t.TempDir()
 	c := openCache(t, dir, "rte-a", 64<<20, nil)
@@ -173,5 +174,19 @@ func TestEvictRemovesFrameIndex(t *testing.T) {
 	}
 	if n := dirNames(t, filepath.Join(dir, "frames")); len(n) != 0 {
 		t.Fatalf("frames/ holds %v after the bundle was removed, want nothing", n)
+	}
+
+	// An index left without its bundle (a process killed between the two removals) goes at
+	// the next sweep; the index of a bundle still cached stays.
+	receive(t, c, name, data, 1<<20)
+	orphan := filepath.Join(dir, "frames", strings.Repeat("ab", 32)+".frames")
+	if err := os.WriteFile(orphan, []byte("0 10 "+strings.Repeat("0", 64)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Sweep(); err != nil {
+		t.Fatal(err)
+	}
+	if n := dirNames(t, filepath.Join(dir, "frames")); len(n) != 1 || n[0] != strings.TrimPrefix(name, "sha256:")+".frames" {
+		t.Fatalf("frames/ holds %v after a sweep, want only the index of the cached bundle", n)
 	}
 }
