@@ -194,3 +194,33 @@ func TestScanFramesRefuses(t *testing.T) {
 		}
 	}
 }
+
+// FuzzScanFrames: ScanFrames is a hand-written parser of bytes from the peer. It must never
+// panic, and whatever it accepts must be frames that tile the input and hash to their bytes.
+func FuzzScanFrames(f *testing.F) {
+	one := compress(f, []byte(strings.Repeat("frame ", 300)))
+	f.Add(one)
+	f.Add(append(append([]byte{}, one...), one...))
+	f.Add([]byte{0x50, 0x2a, 0x4d, 0x18, 3, 0, 0, 0, 1, 2, 3}) // a skippable frame
+	f.Add(one[:len(one)/2])
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		frames, err := bundle.ScanFrames(bytes.NewReader(data), 1000)
+		if err != nil {
+			return
+		}
+		var off int64
+		for i, fr := range frames {
+			if fr.Offset != off || fr.Size < 1 || fr.Offset+fr.Size > int64(len(data)) {
+				t.Fatalf("frame %d at %d of %d bytes does not tile %d bytes", i, fr.Offset, fr.Size, len(data))
+			}
+			if sha256.Sum256(data[fr.Offset:fr.Offset+fr.Size]) != fr.Hash {
+				t.Fatalf("frame %d: hash is not of its bytes", i)
+			}
+			off += fr.Size
+		}
+		if off != int64(len(data)) {
+			t.Fatalf("frames cover %d of %d bytes", off, len(data))
+		}
+	})
+}
