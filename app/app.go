@@ -105,6 +105,11 @@ type Config struct {
 	// app (RTE_FILES=transfer). Nil: such runners get only jobs submitted with files, and
 	// every bundle.want is answered bundle.missing.
 	Files BundleSource
+
+	// NoBundleFrames leaves the protocol feature bundle.frames out of welcome, so runners
+	// fetch every changed bundle whole, as before the feature. For tests and for comparing;
+	// the feature needs Files to implement BundleIndexer to save anything.
+	NoBundleFrames bool
 }
 
 // App is the app half of protocol v1 for inbound and outbound runners: registration,

@@ -187,7 +187,7 @@ func (a *App) handshake(ctx context.Context, ws *websocket.Conn, r *Runner) (hel
 		closeWS(ws, websocket.CloseInternalServerErr, "app could not read its jobs")
 		return hello, welcome, err
 	}
-	welcome = protocol.Welcome{Protocol: protocol.Version, Node: a.cfg.Node, Approved: true, MaxJobs: r.MaxJobs, Acked: acked}
+	welcome = protocol.Welcome{Protocol: protocol.Version, Node: a.cfg.Node, Approved: true, MaxJobs: r.MaxJobs, Acked: acked, Features: a.features()}
 	frame, err := protocol.Encode(welcome)
 	if err != nil {
 		return hello, welcome, err
@@ -306,13 +306,14 @@ func closeWS(ws *websocket.Conn, code int, reason string) {
 // fromRTE lists the messages an RTE may send after the handshake. Anything else valid is
 // answered with an unexpected error, so the caller only ever sees messages it must handle.
 var fromRTE = map[string]bool{
-	protocol.TypeJobAccepted: true,
-	protocol.TypeJobRefused:  true,
-	protocol.TypeBundleWant:  true,
-	protocol.TypeRecord:      true,
-	protocol.TypeCapacity:    true,
-	protocol.TypeCheckResult: true,
-	protocol.TypeError:       true,
+	protocol.TypeJobAccepted:  true,
+	protocol.TypeJobRefused:   true,
+	protocol.TypeBundleWant:   true,
+	protocol.TypeBundleRanges: true,
+	protocol.TypeRecord:       true,
+	protocol.TypeCapacity:     true,
+	protocol.TypeCheckResult:  true,
+	protocol.TypeError:        true,
 }
 
 // Peer is one connected runner after a successful handshake.

@@ -396,7 +396,7 @@ func (a *App) attachOutbound(ctx context.Context, name, token, remoteAddr string
 	if err := a.cfg.Store.PutRunner(ctx, r); err != nil {
 		return nil, welcome, nil, fmt.Errorf("update runner %q: %w", name, err)
 	}
-	welcome = protocol.Welcome{Protocol: protocol.Version, Node: a.cfg.Node, Approved: r.State == StateApproved, MaxJobs: r.MaxJobs, Acked: acked}
+	welcome = protocol.Welcome{Protocol: protocol.Version, Node: a.cfg.Node, Approved: r.State == StateApproved, MaxJobs: r.MaxJobs, Acked: acked, Features: a.features()}
 	// The writer starts later, in serve; the queue keeps the welcome first.
 	if err := conn.Send(ctx, welcome); err != nil {
 		return nil, welcome, nil, fmt.Errorf("queue the welcome: %w", err)

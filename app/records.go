@@ -363,6 +363,8 @@ func (a *App) handleControl(ctx context.Context, lv *live, m protocol.Message) {
 		lv.poke()
 	case *protocol.BundleWant:
 		a.serveBundles(ctx, lv, m)
+	case *protocol.BundleRanges:
+		a.serveRanges(ctx, lv, m)
 	case *protocol.Error:
 		if a.checkRefused(lv, m) {
 			return // Check returns it to its caller

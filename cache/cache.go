@@ -54,6 +54,7 @@ type Cache struct {
 	cfg      Config
 	log      *zap.Logger
 	bundles  string
+	frames   string // frame indexes of bundles, see frames.go
 	locks    string
 	rtes     string
 	own      string // rtes/<Owner>
@@ -114,13 +115,14 @@ func Open(cfg Config) (*Cache, error) {
 		cfg:     cfg,
 		log:     cfg.Logger.Named("cache"),
 		bundles: filepath.Join(cfg.Dir, "bundles"),
+		frames:  filepath.Join(cfg.Dir, "frames"),
 		locks:   filepath.Join(cfg.Dir, "locks"),
 		rtes:    filepath.Join(cfg.Dir, "rtes"),
 	}
 	c.own = filepath.Join(c.rtes, cfg.Owner)
 	c.incoming = filepath.Join(c.own, "incoming")
 	c.jobs = filepath.Join(c.own, "jobs")
-	for _, d := range []string{c.bundles, c.locks, c.rtes} {
+	for _, d := range []string{c.bundles, c.frames, c.locks, c.rtes} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("cache: make %s: %w (check RTE_CACHE_PATH and its permissions)", d, err)
 		}
@@ -303,6 +305,7 @@ func (in *Incoming) Commit(size int64) (err error) {
 	if err := in.c.publish(in.path, in.hash); err != nil {
 		return err
 	}
+	in.c.writeFrames(in.hash, in.c.bundlePath(in.hash))
 	if err := in.c.evict(in.hash); err != nil {
 		in.c.log.Warn("evict after commit failed", zap.String("bundle", in.hash), zap.Error(err))
 	}
@@ -483,6 +486,9 @@ func (c *Cache) remove(hash string) (bool, error) {
 	}
 	if err := os.Remove(c.bundlePath(hash)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false, fmt.Errorf("evict bundle %s: %w", hash, err)
+	}
+	if err := os.Remove(c.framesPath(hash)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return true, fmt.Errorf("evict bundle %s: remove its frame index: %w", hash, err)
 	}
 	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return true, fmt.Errorf("evict bundle %s: remove lock file: %w", hash, err)

@@ -7,11 +7,17 @@
 // user). Everything they share is made safe with the file system alone:
 //
 //	<Dir>/bundles/<hex>.tar.zst        complete, verified bundles; a name appears only by link(2)
+//	<Dir>/frames/<hex>.frames          each bundle's zstd frame index, written after its commit
 //	<Dir>/locks/<hex>.lock             flock(2) pins: shared while a job needs the bundle,
 //	                                   exclusive (non-blocking) for the instant of eviction
 //	<Dir>/rtes/<owner>/alive           the owner's heartbeat (mtime)
 //	<Dir>/rtes/<owner>/incoming/       bundles being received, under unique names
 //	<Dir>/rtes/<owner>/jobs/<job>/     job directories made by JobDir (0700)
+//
+// Incoming.Fill serves the protocol feature bundle.frames: it copies into a bundle being
+// received the frames that cached bundles already hold, found by SHA-256 in the frame indexes
+// and hashed again when copied, so that only the rest is fetched. An index is a hint, never
+// trusted: Commit verifies the whole bundle as for any other.
 //
 // A bundle appears under its name complete or not at all, and a second commit of the same
 // bundle is a no-op. Eviction never removes a pinned bundle, whichever RTE pinned it. An RTE

@@ -100,7 +100,8 @@ func (c *Cache) Run(ctx context.Context) error {
 }
 
 // Sweep removes the directory of every other RTE that has shown no sign of life for
-// StaleAfter, and the lock files of bundles that are neither in the cache nor pinned.
+// StaleAfter, the lock files of bundles that are neither in the cache nor pinned, and the
+// frame indexes of bundles no longer in the cache.
 func (c *Cache) Sweep() error {
 	ents, err := os.ReadDir(c.rtes)
 	if err != nil {
@@ -127,6 +128,9 @@ func (c *Cache) Sweep() error {
 		}
 	}
 	if err := c.sweepLocks(); err != nil {
+		problems = append(problems, err)
+	}
+	if err := c.sweepFrames(); err != nil {
 		problems = append(problems, err)
 	}
 	if err := errors.Join(problems...); err != nil {

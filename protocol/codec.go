@@ -26,6 +26,8 @@ var spec = map[string]struct {
 	TypeBundleWant:    {func() Message { return &BundleWant{} }, []string{"job", "hashes"}},
 	TypeBundleEnd:     {func() Message { return &BundleEnd{} }, []string{"hash", "size"}},
 	TypeBundleMissing: {func() Message { return &BundleMissing{} }, []string{"hash", "reason"}},
+	TypeBundleFrames:  {func() Message { return &BundleFrames{} }, []string{"hash", "size", "frames"}},
+	TypeBundleRanges:  {func() Message { return &BundleRanges{} }, []string{"job", "hash", "ranges"}},
 	TypeRecord:        {func() Message { return &Record{} }, []string{"job", "seq", "kind", "at", "data"}},
 	TypeAck:           {func() Message { return &Ack{} }, []string{"job", "seq"}},
 	TypeCapacity:      {func() Message { return &Capacity{} }, []string{"running", "max_jobs", "draining"}},

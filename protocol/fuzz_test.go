@@ -68,6 +68,10 @@ func trickyFrames() []string {
 		`{"type":"job.start","job":"j","playbook":"p","extravars":{ "a" : [ 1 , 2 ] }}`,
 		`{"type":"welcome","protocol":1,"node":"n","approved":true,"acked":{}}`,
 		`{"type":"error","code":"x","message":"m","ref":""}`,
+		`{"type":"bundle.frames","hash":"sha256:2d09cc910dd77738e3e9a12b5d2baea13723f3ffaf32dde9dc70a050755048ba","size":3,"frames":[{"size":1,"sha256":"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"},{"size":9223372036854775807,"sha256":"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}]}`,
+		`{"type":"bundle.ranges","job":"j","hash":"sha256:2d09cc910dd77738e3e9a12b5d2baea13723f3ffaf32dde9dc70a050755048ba","ranges":[{"offset":9223372036854775806,"size":2}]}`,
+		`{"type":"bundle.want","job":"j","hashes":[],"frames":null}`,
+		`{"type":"welcome","protocol":1,"node":"n","approved":true,"features":[]}`,
 	}
 }
 

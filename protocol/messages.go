@@ -18,6 +18,8 @@ const (
 	TypeBundleWant    = "bundle.want"
 	TypeBundleEnd     = "bundle.end"
 	TypeBundleMissing = "bundle.missing"
+	TypeBundleFrames  = "bundle.frames"
+	TypeBundleRanges  = "bundle.ranges"
 	TypeRecord        = "record"
 	TypeAck           = "ack"
 	TypeCapacity      = "capacity"
@@ -46,6 +48,10 @@ func Ref(m Message) string {
 	case *BundleEnd:
 		return m.Hash
 	case *BundleMissing:
+		return m.Hash
+	case *BundleFrames:
+		return m.Hash
+	case *BundleRanges:
 		return m.Hash
 	case *BundleWant:
 		return m.Job
@@ -98,6 +104,23 @@ type Welcome struct {
 	MaxJobs int `json:"max_jobs"`
 	// Acked maps job ids to the highest seq the app has stored; optional.
 	Acked map[string]int64 `json:"acked,omitempty"`
+	// Features names the protocol additions the app speaks (FeatureBundleFrames); the RTE
+	// uses an addition only when the app names it. Unknown names are ignored. Optional.
+	Features []string `json:"features,omitempty"`
+}
+
+// FeatureBundleFrames, in welcome.features, says the app answers bundle.want's frames with
+// bundle.frames and then sends the byte ranges bundle.ranges asks for.
+const FeatureBundleFrames = "bundle.frames"
+
+// HasFeature reports whether the welcome names feature.
+func (m Welcome) HasFeature(feature string) bool {
+	for _, f := range m.Features {
+		if f == feature {
+			return true
+		}
+	}
+	return false
 }
 
 // Approved tells a waiting outbound RTE that an admin approved it.
@@ -177,6 +200,41 @@ type JobCancel struct {
 type BundleWant struct {
 	Job    string   `json:"job"`
 	Hashes []string `json:"hashes"`
+	// Frames names those of Hashes for which the RTE wants the frame index (bundle.frames)
+	// first instead of the bytes; sent only to an app whose welcome names
+	// FeatureBundleFrames. Optional.
+	Frames []string `json:"frames,omitempty"`
+}
+
+// BundleFrames is the app's frame index of a bundle, in answer to bundle.want's frames: the
+// zstd frames the bundle's bytes are cut into, in order. Frame i starts where frame i-1 ends
+// (the first at 0), so offsets are implied and frames can neither overlap nor leave gaps.
+type BundleFrames struct {
+	Hash   string        `json:"hash"`
+	Size   int64         `json:"size"`
+	Frames []BundleFrame `json:"frames"`
+}
+
+// BundleFrame is one zstd frame of a bundle: its compressed size and the SHA-256 of those
+// bytes, 64 lowercase hex digits.
+type BundleFrame struct {
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// BundleRanges asks the app for the byte ranges of a bundle that the RTE could not fill from
+// frames it already holds, after bundle.frames. The app sends chunks covering exactly those
+// ranges, then bundle.end; no ranges means bundle.end alone.
+type BundleRanges struct {
+	Job    string      `json:"job"`
+	Hash   string      `json:"hash"`
+	Ranges []ByteRange `json:"ranges"`
+}
+
+// ByteRange is Size bytes of a bundle from Offset.
+type ByteRange struct {
+	Offset int64 `json:"offset"`
+	Size   int64 `json:"size"`
 }
 
 // BundleEnd follows the last chunk of a bundle.
@@ -355,6 +413,8 @@ func (JobCancel) Type() string     { return TypeJobCancel }
 func (BundleWant) Type() string    { return TypeBundleWant }
 func (BundleEnd) Type() string     { return TypeBundleEnd }
 func (BundleMissing) Type() string { return TypeBundleMissing }
+func (BundleFrames) Type() string  { return TypeBundleFrames }
+func (BundleRanges) Type() string  { return TypeBundleRanges }
 func (Record) Type() string        { return TypeRecord }
 func (Ack) Type() string           { return TypeAck }
 func (Capacity) Type() string      { return TypeCapacity }

@@ -33,6 +33,13 @@ const (
 	MaxMessageBytes = 16 << 20 // one text frame, one JSON message
 	MaxChunkPayload = 1 << 20  // payload of one binary bundle frame
 
+	// MaxBundleFrames bounds bundle.frames' frames and bundle.ranges' ranges: far above the
+	// frames Pack cuts a 512 MiB directory into, and small enough that either message stays
+	// well under MaxMessageBytes.
+	MaxBundleFrames = 1 << 16
+	// MaxFeatures bounds welcome.features.
+	MaxFeatures = 32
+
 	// MaxBadMessages bad messages within BadMessageWindow close the socket with 1008.
 	MaxBadMessages   = 100
 	BadMessageWindow = time.Minute

@@ -3,8 +3,10 @@ package protocol
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"path"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -12,6 +14,8 @@ import (
 var (
 	jobIDPattern   = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 	hashPattern    = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+	hex64Pattern   = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	featurePattern = regexp.MustCompile(`^[a-z0-9._-]{1,64}$`)
 	envNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 	maxNameLength  = 128
 	// An image reference (name[:tag][@digest]) in the charset Docker and Podman accept, not
@@ -171,6 +175,14 @@ func (m Welcome) Validate() error {
 			return fieldErr("acked."+job, "must not be negative")
 		}
 	}
+	if len(m.Features) > MaxFeatures {
+		return fieldErr("features", "has %d names, the limit is %d", len(m.Features), MaxFeatures)
+	}
+	for i, f := range m.Features {
+		if !featurePattern.MatchString(f) {
+			return fieldErr(fmt.Sprintf("features[%d]", i), "%q is not 1 to 64 of [a-z0-9._-]", clip(f, 64))
+		}
+	}
 	return nil
 }
 
@@ -272,6 +284,68 @@ func (m BundleWant) Validate() error {
 		if err := checkHash(fmt.Sprintf("hashes[%d]", i), h); err != nil {
 			return err
 		}
+	}
+	for i, h := range m.Frames {
+		field := fmt.Sprintf("frames[%d]", i)
+		if err := checkHash(field, h); err != nil {
+			return err
+		}
+		if !slices.Contains(m.Hashes, h) {
+			return fieldErr(field, "%s is not one of hashes: ask for the frames only of a bundle asked for", h)
+		}
+		if slices.Contains(m.Frames[:i], h) {
+			return fieldErr(field, "%s is named twice", h)
+		}
+	}
+	return nil
+}
+
+func (m BundleFrames) Validate() error {
+	if err := checkHash("hash", m.Hash); err != nil {
+		return err
+	}
+	if m.Size < 0 {
+		return fieldErr("size", "must not be negative")
+	}
+	if len(m.Frames) == 0 || len(m.Frames) > MaxBundleFrames {
+		return fieldErr("frames", "has %d frames, want 1 to %d", len(m.Frames), MaxBundleFrames)
+	}
+	var sum int64
+	for i, f := range m.Frames {
+		// Each size at most what is left of m.Size, so the sum never overflows.
+		if f.Size < 1 || f.Size > m.Size-sum {
+			return fieldErr(fmt.Sprintf("frames[%d].size", i), "%d is not 1 to the %d bytes left of the bundle's size %d", f.Size, m.Size-sum, m.Size)
+		}
+		sum += f.Size
+		if !hex64Pattern.MatchString(f.SHA256) {
+			return fieldErr(fmt.Sprintf("frames[%d].sha256", i), "%q is not 64 lowercase hex digits", clip(f.SHA256, 80))
+		}
+	}
+	if sum != m.Size {
+		return fieldErr("frames", "sizes add up to %d bytes, not to the bundle's size %d", sum, m.Size)
+	}
+	return nil
+}
+
+func (m BundleRanges) Validate() error {
+	if err := checkJob("job", m.Job); err != nil {
+		return err
+	}
+	if err := checkHash("hash", m.Hash); err != nil {
+		return err
+	}
+	if len(m.Ranges) > MaxBundleFrames {
+		return fieldErr("ranges", "has %d ranges, the limit is %d", len(m.Ranges), MaxBundleFrames)
+	}
+	var end int64 // where the previous range ended
+	for i, r := range m.Ranges {
+		if r.Offset < end {
+			return fieldErr(fmt.Sprintf("ranges[%d].offset", i), "%d is before the end of the previous range (%d): ranges must be in order and must not overlap", r.Offset, end)
+		}
+		if r.Size < 1 || r.Size > math.MaxInt64-r.Offset {
+			return fieldErr(fmt.Sprintf("ranges[%d].size", i), "%d must be at least 1 and end before 2^63", r.Size)
+		}
+		end = r.Offset + r.Size
 	}
 	return nil
 }

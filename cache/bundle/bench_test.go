@@ -3,14 +3,19 @@ package bundle_test
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/klauspost/compress/zstd"
 
 	"github.com/rte-project/rte/cache"
 	"github.com/rte-project/rte/cache/bundle"
@@ -248,4 +253,78 @@ func run(b *testing.B, name string, args ...string) {
 	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
 		b.Fatalf("%s %v: %v\n%s", name, args, err, out)
 	}
+}
+
+// BenchmarkFrames measures what cutting the zstd stream into frames costs and saves, on the
+// 2,000-file playbook tree: the compression ratio of the framed bundle against the same tar
+// stream compressed as one frame at the same level, and, after one file changes, the bytes an
+// RTE holding the old bundle fetches (the new frames, plus the index the app sends, as JSON)
+// against the whole new bundle and against that one file compressed alone.
+func BenchmarkFrames(b *testing.B) {
+	tr := benchTrees[0]
+	src, size := makeBenchTree(b, tr)
+	dir := filepath.Join(b.TempDir(), "tree")
+	if err := os.CopyFS(dir, os.DirFS(src)); err != nil {
+		b.Fatal(err)
+	}
+	before, _ := packBytes(b, dir, bundle.PackOptions{})
+	oldFrames, err := bundle.ScanFrames(bytes.NewReader(before), 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	changed := filepath.Join(dir, "roles", "role050", "tasks", "file1001.yml")
+	body, err := os.ReadFile(changed)
+	if err != nil {
+		b.Fatal(err)
+	}
+	body = append(body, "- ansible.builtin.debug: msg=changed\n"...)
+	if err := os.WriteFile(changed, body, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	var after []byte
+	for b.Loop() {
+		after, _ = packBytes(b, dir, bundle.PackOptions{})
+	}
+	frames, err := bundle.ScanFrames(bytes.NewReader(after), 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var fetched int64
+	for _, f := range frames {
+		if !slices.ContainsFunc(oldFrames, func(o bundle.Frame) bool { return o.Hash == f.Hash }) {
+			fetched += f.Size
+		}
+	}
+	index := protocol.BundleFrames{Hash: "sha256:" + strings.Repeat("0", 64), Size: int64(len(after))}
+	for _, f := range frames {
+		index.Frames = append(index.Frames, protocol.BundleFrame{Size: f.Size, SHA256: hex.EncodeToString(f.Hash[:])})
+	}
+	indexJSON, err := protocol.Encode(&index)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dec, err := zstd.NewReader(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer dec.Close()
+	raw, err := dec.DecodeAll(after, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	oneFrame := len(enc.EncodeAll(raw, nil))
+	fileAlone := len(enc.EncodeAll(body, nil))
+	enc.Close()
+	b.ReportMetric(float64(size)/float64(len(after)), "ratio-framed")
+	b.ReportMetric(float64(size)/float64(oneFrame), "ratio-one-frame")
+	b.ReportMetric(float64(len(frames)), "frames")
+	b.ReportMetric(float64(len(after)), "whole-bytes")
+	b.ReportMetric(float64(oneFrame), "one-frame-bytes")
+	b.ReportMetric(float64(fetched), "changed-frame-bytes")
+	b.ReportMetric(float64(len(indexJSON)), "index-bytes")
+	b.ReportMetric(float64(fileAlone), "file-alone-bytes")
 }

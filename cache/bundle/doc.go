@@ -6,7 +6,10 @@
 // the RTE fetches it once: entries in walk order (each directory before its contents, names
 // sorted bytewise), owner 0:0 with no user or group names, every mtime set to FixedModTime,
 // permission bits kept and setuid, setgid and sticky dropped, and zstd at one fixed level on
-// one goroutine. Packer adds an on-disk cache so that an unchanged directory is neither read
+// one goroutine, cut into independent zstd frames at entry boundaries chosen by entry names
+// (see Frame): still one valid tar.zst, but a small change to the tree changes one frame, so an
+// RTE holding an older bundle fetches only that (ScanFrames reads a bundle's frames back; the
+// protocol feature is bundle.frames). Packer adds an on-disk cache so that an unchanged directory is neither read
 // nor compressed again for every job.
 //
 // Pack never packs what the RTE must not receive or cannot use: .ssh directories, files named

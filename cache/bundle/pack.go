@@ -2,12 +2,14 @@ package bundle
 
 import (
 	"archive/tar"
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash"
+	"hash/fnv"
 	"io"
 	"io/fs"
 	"os"
@@ -113,7 +115,8 @@ func Pack(ctx context.Context, dir string, w io.Writer, opts PackOptions) (name 
 	if err != nil {
 		return "", 0, err
 	}
-	return writeBundle(ctx, root, entries, w)
+	name, size, _, err = writeBundle(ctx, root, entries, w)
+	return name, size, err
 }
 
 func resolveRoot(dir string) (string, error) {
@@ -259,20 +262,26 @@ func linkTarget(linkRel, target string) (string, string) {
 	return strings.Join(out, "/"), ""
 }
 
-// writeBundle writes entries, found under root by scan, as tar+zstd to w.
-func writeBundle(ctx context.Context, root string, entries []entry, w io.Writer) (string, int64, error) {
+// writeBundle writes entries, found under root by scan, as tar+zstd to w, one zstd frame per
+// group of entries (see framer), and returns the bundle's name, size and frame index.
+func writeBundle(ctx context.Context, root string, entries []entry, w io.Writer) (string, int64, []Frame, error) {
 	h := sha256.New()
-	cw := &countingWriter{w: w, h: h}
-	zw, err := zstd.NewWriter(cw, zstd.WithEncoderLevel(zstdLevel), zstd.WithEncoderConcurrency(1))
+	// Buffered: every frame ends with a flush of the encoder's small writes (frame header,
+	// last block, checksum), which would be system calls of a few bytes each on a file.
+	bw := bufio.NewWriterSize(w, 256<<10)
+	cw := &countingWriter{w: bw, h: h}
+	zw, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstdLevel), zstd.WithEncoderConcurrency(1))
 	if err != nil {
-		return "", 0, fmt.Errorf("start zstd encoder: %w", err)
+		return "", 0, nil, fmt.Errorf("start zstd encoder: %w", err)
 	}
 	defer zw.Close()
-	tw := tar.NewWriter(zw)
+	fr := &framer{out: cw, zw: zw, fh: sha256.New()}
+	cw.frame = fr.fh
+	tw := tar.NewWriter(fr)
 	buf := make([]byte, 256<<10)
 	for _, e := range entries {
 		if err := ctx.Err(); err != nil {
-			return "", 0, err
+			return "", 0, nil, err
 		}
 		hdr := &tar.Header{
 			Name:    e.rel,
@@ -290,22 +299,115 @@ func writeBundle(ctx context.Context, root string, entries []entry, w io.Writer)
 			hdr.Typeflag = tar.TypeReg
 			hdr.Size = e.size
 		}
+		big := hdr.Typeflag == tar.TypeReg && e.size >= bigEntry
+		if big {
+			if err := fr.cut(); err != nil {
+				return "", 0, nil, fmt.Errorf("pack %s: %w", root, err)
+			}
+		}
 		if err := tw.WriteHeader(hdr); err != nil {
-			return "", 0, fmt.Errorf("pack %s: write header of %s: %w", root, e.rel, err)
+			return "", 0, nil, fmt.Errorf("pack %s: write header of %s: %w", root, e.rel, err)
 		}
 		if hdr.Typeflag == tar.TypeReg {
 			if err := copyFile(tw, root, e, buf); err != nil {
-				return "", 0, fmt.Errorf("pack %s: %w", root, err)
+				return "", 0, nil, fmt.Errorf("pack %s: %w", root, err)
+			}
+		}
+		// Flush writes the entry's padding, so the entry ends inside its frame.
+		if err := tw.Flush(); err != nil {
+			return "", 0, nil, fmt.Errorf("pack %s: write %s: %w", root, e.rel, err)
+		}
+		if big || cutAfter(e.rel) || fr.raw >= maxFrameRaw {
+			if err := fr.cut(); err != nil {
+				return "", 0, nil, fmt.Errorf("pack %s: %w", root, err)
 			}
 		}
 	}
 	if err := tw.Close(); err != nil {
-		return "", 0, fmt.Errorf("pack %s: finish tar: %w", root, err)
+		return "", 0, nil, fmt.Errorf("pack %s: finish tar: %w", root, err)
 	}
-	if err := zw.Close(); err != nil {
-		return "", 0, fmt.Errorf("pack %s: finish zstd: %w", root, err)
+	if err := fr.cut(); err != nil {
+		return "", 0, nil, fmt.Errorf("pack %s: finish zstd: %w", root, err)
 	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil)), cw.n, nil
+	if err := bw.Flush(); err != nil {
+		return "", 0, nil, fmt.Errorf("pack %s: %w", root, err)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), cw.n, fr.frames, nil
+}
+
+// Where Pack cuts the zstd stream into frames. Frames exist so that an RTE holding an older
+// bundle of the same directory can reuse the frames that did not change (protocol feature
+// bundle.frames) and fetch only the others. A cut is placed at an entry boundary:
+//
+//   - after an entry whose path hashes to 0 modulo cutEvery: the cut points depend on names
+//     only, so a file whose content or size changes moves no cut, and adding or removing a
+//     file changes only its own frame. (Cutting once a frame holds N bytes would shift every
+//     later cut when one file grows, and the RTE could reuse nothing after it.)
+//   - before and after a file of at least bigEntry bytes: it is a frame of its own, so a
+//     change elsewhere never resends it, and a change to it resends only it;
+//   - after an entry once the frame holds maxFrameRaw bytes, bounding what one small change
+//     resends when many names in a row miss the hash; the next name cut resynchronises.
+//
+// cutEvery trades bytes saved by compressing small files together against bytes resent per
+// change and the size of the index; docs/files-and-cache.md has the measurements.
+const (
+	cutEvery    = 16
+	bigEntry    = 64 << 10
+	maxFrameRaw = 1 << 20
+)
+
+// cutAfter reports whether the name rule cuts a frame after the entry rel (FNV-1a, 64 bits).
+func cutAfter(rel string) bool {
+	h := fnv.New64a()
+	h.Write([]byte(rel))
+	return h.Sum64()%cutEvery == 0
+}
+
+// Frame is one zstd frame of a bundle: Size compressed bytes at Offset, whose SHA-256 is Hash.
+// Concatenated frames are one valid zstd stream, so a framed bundle is read like any other.
+type Frame struct {
+	Offset int64
+	Size   int64
+	Hash   [32]byte
+}
+
+// framer is the tar writer's sink: it starts a zstd frame at the first byte after a cut and
+// ends it at the next cut, recording each frame's offset, size and hash.
+type framer struct {
+	out    *countingWriter
+	zw     *zstd.Encoder
+	fh     hash.Hash // the open frame's compressed bytes, fed by out
+	open   bool
+	start  int64 // offset of the open frame
+	raw    int64 // uncompressed bytes in the open frame
+	frames []Frame
+}
+
+func (f *framer) Write(p []byte) (int, error) {
+	if !f.open {
+		f.zw.Reset(f.out)
+		f.fh.Reset()
+		f.start = f.out.n
+		f.raw = 0
+		f.open = true
+	}
+	f.raw += int64(len(p))
+	return f.zw.Write(p)
+}
+
+// cut ends the open frame, if any.
+func (f *framer) cut() error {
+	if !f.open {
+		return nil
+	}
+	f.open = false
+	if err := f.zw.Close(); err != nil {
+		return err
+	}
+	fr := Frame{Offset: f.start, Size: f.out.n - f.start}
+	f.fh.Sum(fr.Hash[:0])
+	f.frames = append(f.frames, fr)
+	return nil
 }
 
 // copyFile copies exactly e.size bytes of the file e into tw. It refuses a file that changed
@@ -347,14 +449,18 @@ func copyFile(tw io.Writer, root string, e entry, buf []byte) error {
 }
 
 type countingWriter struct {
-	w io.Writer
-	h hash.Hash
-	n int64
+	w     io.Writer
+	h     hash.Hash
+	frame hash.Hash // the open frame's hash, when framing
+	n     int64
 }
 
 func (c *countingWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.h.Write(p[:n])
+	if c.frame != nil {
+		c.frame.Write(p[:n])
+	}
 	c.n += int64(n)
 	if err == nil && n < len(p) {
 		err = io.ErrShortWrite

@@ -26,7 +26,7 @@ const racyWindow = 2 * time.Second
 
 // signatureVersion changes whenever what a signature covers or how Pack encodes changes, so a
 // cache directory written by an older build is never trusted for a newer encoding.
-const signatureVersion = "rte-bundle-v1 zstd-default tar-fixed-2000"
+const signatureVersion = "rte-bundle-v2 zstd-default tar-fixed-2000 frames-fnv16-64k-1m"
 
 // Packed is a bundle in the Packer's cache directory.
 type Packed struct {
@@ -143,7 +143,7 @@ func (p *Packer) pack(ctx context.Context, root string, entries []entry, key str
 		return Packed{}, fmt.Errorf("bundle packer: %w", err)
 	}
 	defer os.Remove(tmp.Name()) // after the rename, a no-op
-	name, size, err := writeBundle(ctx, root, entries, tmp)
+	name, size, _, err := writeBundle(ctx, root, entries, tmp)
 	if err == nil {
 		// Synced before it is named: the app trusts a named bundle without reading it again,
 		// and a torn one would fail every job that uses it.
@@ -248,4 +248,27 @@ func (p *Packer) lookupNoTouch(key string) (string, bool) {
 	}
 	_, err = os.Stat(p.bundlePath(name))
 	return name, err == nil
+}
+
+// Index returns the frame index of a bundle in the cache directory, as bundle.frames carries
+// it: each zstd frame's size and SHA-256, in order, at most protocol.MaxBundleFrames of them.
+// It reads the bundle once (ScanFrames) and decompresses nothing.
+func (p *Packer) Index(name string) ([]protocol.BundleFrame, error) {
+	if !protocol.ValidHash(name) {
+		return nil, fmt.Errorf("bundle packer: %q is not a bundle name", protocol.PeerText(name, 80))
+	}
+	f, err := os.Open(p.bundlePath(name))
+	if err != nil {
+		return nil, fmt.Errorf("bundle packer: %w", err)
+	}
+	defer f.Close()
+	frames, err := ScanFrames(f, protocol.MaxBundleFrames)
+	if err != nil {
+		return nil, fmt.Errorf("bundle packer: bundle %s: %w", name, err)
+	}
+	out := make([]protocol.BundleFrame, len(frames))
+	for i, fr := range frames {
+		out[i] = protocol.BundleFrame{Size: fr.Size, SHA256: hex.EncodeToString(fr.Hash[:])}
+	}
+	return out, nil
 }

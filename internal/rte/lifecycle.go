@@ -57,6 +57,14 @@ func (r *rte) run(ctx context.Context, ln net.Listener) error {
 		return err
 	}
 	defer r.spool.Close()
+	// Heartbeats start as soon as the cache is open, not once the listener serves: what
+	// comes between (asking ansible-playbook for its version, TLS, the listener) may take
+	// seconds on a loaded host, and another RTE sharing the cache would sweep this one's
+	// directory as stale meanwhile if RTE_CACHE_STALE_AFTER is short. They stop last.
+	beatCtx, stopBeats := context.WithCancel(ctx)
+	beating := make(chan struct{})
+	go func() { defer close(beating); r.files.run(beatCtx) }()
+	defer func() { stopBeats(); <-beating }()
 	// Wait before the spool closes: a job's last records go there; then the engine's
 	// connection goes.
 	defer func() {
@@ -76,11 +84,10 @@ func (r *rte) run(ctx context.Context, ln net.Listener) error {
 	defer stop()
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
-	wg.Add(3)
+	wg.Add(2)
 	r.listening = true
 	go func() { defer wg.Done(); errs <- r.srv.Serve(runCtx, ln) }()
 	go func() { defer wg.Done(); errs <- r.sessions.Run(runCtx) }()
-	go func() { defer wg.Done(); r.files.run(runCtx) }()
 	if err := r.reachApp(runCtx, &wg, errs); err != nil {
 		stop()
 		wg.Wait()

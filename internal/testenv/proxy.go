@@ -121,6 +121,8 @@ type Forwarder struct {
 	wg     sync.WaitGroup
 	// refusing closes every new connection at once, as a firewall that drops the way would.
 	refusing atomic.Bool
+	// toTarget counts the bytes carried towards the target, over every connection.
+	toTarget atomic.Int64
 }
 
 // StartForwarder forwards a new loopback port to target until the test ends.
@@ -146,6 +148,10 @@ func (f *Forwarder) Addr() string { return f.ln.Addr().String() }
 
 // Refuse makes the forwarder close new connections at once (on) or carry them again (off).
 func (f *Forwarder) Refuse(on bool) { f.refusing.Store(on) }
+
+// ToTarget is how many bytes the forwarder has carried towards its target, over all its
+// connections so far: what the dialling side sent on the wire, TLS included.
+func (f *Forwarder) ToTarget() int64 { return f.toTarget.Load() }
 
 // Drop cuts every connection through the forwarder; it returns how many it cut.
 func (f *Forwarder) Drop() int {
@@ -178,18 +184,35 @@ func (f *Forwarder) accept() {
 		f.conns[c], f.conns[up] = struct{}{}, struct{}{}
 		f.mu.Unlock()
 		f.wg.Add(2)
-		go f.pipe(c, up)
-		go f.pipe(up, c)
+		go f.pipe(c, up, nil)
+		go f.pipe(up, c, &f.toTarget)
 	}
 }
 
-func (f *Forwarder) pipe(dst, src net.Conn) {
+func (f *Forwarder) pipe(dst, src net.Conn, count *atomic.Int64) {
 	defer f.wg.Done()
-	_, _ = io.Copy(dst, src)
+	var w io.Writer = dst
+	if count != nil {
+		w = countWriter{dst, count}
+	}
+	_, _ = io.Copy(w, src)
 	dst.Close()
 	src.Close()
 	f.mu.Lock()
 	delete(f.conns, dst)
 	delete(f.conns, src)
 	f.mu.Unlock()
+}
+
+// countWriter counts what it writes as it writes it, so a reader of the count sees bytes of
+// connections still open.
+type countWriter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (c countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n.Add(int64(n))
+	return n, err
 }

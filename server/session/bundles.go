@@ -35,6 +35,15 @@ type BundleReceiver interface {
 	Abort()
 }
 
+// FrameFiller is a BundleReceiver that can copy, from bundles the store already holds, the
+// frames of the bundle it receives (protocol feature bundle.frames); *cache.Incoming is one.
+type FrameFiller interface {
+	// Fill takes the app's frame index, copies each frame the store holds to its offset, and
+	// returns the byte ranges still to be received and the bytes it filled. Commit verifies
+	// the whole bundle afterwards as for any other.
+	Fill(frames []protocol.BundleFrame) (missing []protocol.ByteRange, filled int64, err error)
+}
+
 // maxMissingReason bounds the app's bundle.missing reason in a job's end message.
 const maxMissingReason = 300
 
@@ -69,6 +78,16 @@ type transfer struct {
 
 	sess *session       // the socket it was asked on; nil until asked
 	recv BundleReceiver // where its chunks go on sess
+	job  string         // the job its bundle.want on sess named; waiters may since have left
+
+	// framesAsked: the bundle.want on sess asked for its frame index; bundle.frames is
+	// expected (or the whole bundle, from an app that cannot index it).
+	framesAsked bool
+	// filled: bytes of the bundle being received came from frames the store held. If the
+	// bundle then fails its hash, it is asked for once more, whole (whole set), instead of
+	// failing the jobs: a cached frame or the app's index may be wrong, the bundle not.
+	filled bool
+	whole  bool
 
 	done chan struct{}
 	err  error // set before done is closed
@@ -232,7 +251,8 @@ func (m *Manager) askForBundles(s *session) {
 	if s == nil || store == nil || !s.isWelcomed.Load() || !s.approved.Load() {
 		return
 	}
-	wants := map[string][]string{} // job -> hashes
+	wants := map[string][]string{}  // job -> hashes
+	frames := map[string][]string{} // job -> hashes whose frame index is asked for
 	b := &m.bundles
 	b.mu.Lock()
 	for hash, ds := range b.draining {
@@ -260,7 +280,14 @@ func (m *Manager) askForBundles(s *session) {
 		}
 		t.sess, t.recv = s, recv
 		job := t.anyWaiter()
+		t.job = job
 		wants[job] = append(wants[job], t.hash)
+		_, canFill := recv.(FrameFiller)
+		t.framesAsked = s.frames.Load() && canFill && !t.whole
+		t.filled = false
+		if t.framesAsked {
+			frames[job] = append(frames[job], t.hash)
+		}
 	}
 	b.mu.Unlock()
 
@@ -272,12 +299,13 @@ func (m *Manager) askForBundles(s *session) {
 	for _, job := range jobs {
 		hashes := wants[job]
 		slices.Sort(hashes)
+		slices.Sort(frames[job])
 		// Not a job's context: a want already recorded as asked on s must reach s, or every
 		// job waiting for it would wait for the next socket.
-		if err := s.conn.Send(context.Background(), &protocol.BundleWant{Job: job, Hashes: hashes}); err != nil {
+		if err := s.conn.Send(context.Background(), &protocol.BundleWant{Job: job, Hashes: hashes, Frames: frames[job]}); err != nil {
 			return // s ended; the next socket asks again
 		}
-		s.log.Info("asked the app for bundles", zap.String("job", job), zap.Strings("bundles", hashes))
+		s.log.Info("asked the app for bundles", zap.String("job", job), zap.Strings("bundles", hashes), zap.Int("by_frames", len(frames[job])))
 	}
 }
 
@@ -363,6 +391,18 @@ func (s *session) onBundleEnd(ctx context.Context, m *protocol.BundleEnd) (stop 
 	}
 
 	b.mu.Lock()
+	if err != nil && b.byHash[m.Hash] == t && t.sess == s && t.filled && !t.whole {
+		job := s.m.askWholeLocked(t)
+		b.mu.Unlock()
+		s.log.Warn("a bundle built from reused frames failed its check; asking the app for it whole",
+			zap.String("bundle", m.Hash), zap.Error(err))
+		if job != "" {
+			if serr := s.conn.Send(context.Background(), &protocol.BundleWant{Job: job, Hashes: []string{m.Hash}}); serr != nil {
+				return false // s ended; the next socket asks again, whole
+			}
+		}
+		return false
+	}
 	switch {
 	case b.byHash[m.Hash] != t:
 		// Forgotten meanwhile: nobody waits for it any more.
@@ -383,6 +423,88 @@ func (s *session) onBundleEnd(ctx context.Context, m *protocol.BundleEnd) (stop 
 		return false
 	}
 	s.log.Info("bundle received", zap.String("bundle", m.Hash), zap.Int64("size", m.Size))
+	return false
+}
+
+// askWholeLocked makes t, whose delta transfer failed its check, wait for the bundle whole on
+// the same socket, and returns the job to name in the bundle.want, or "" if t was settled
+// (no new receiver could be made) or nobody waits for it. The caller holds b.mu.
+func (m *Manager) askWholeLocked(t *transfer) string {
+	b := &m.bundles
+	t.whole, t.filled, t.framesAsked = true, false, false
+	t.recv = nil
+	if len(t.waiters) == 0 {
+		delete(b.byHash, t.hash)
+		return ""
+	}
+	recv, err := m.cfg.Bundles.Receive(t.hash, t.size)
+	if err != nil {
+		delete(b.byHash, t.hash)
+		t.settle(fmt.Errorf("bundle %s: %w", t.hash, err))
+		return ""
+	}
+	t.recv = recv
+	t.job = t.anyWaiter()
+	return t.job
+}
+
+// onBundleFrames takes the app's frame index of a bundle asked for by frames: the receiver
+// copies the frames the cache holds, and the RTE asks with bundle.ranges for the rest.
+func (s *session) onBundleFrames(ctx context.Context, m *protocol.BundleFrames) (stop bool) {
+	if s.m.cfg.Bundles == nil {
+		return s.reportBad(ctx, protocol.ErrUnexpected, m.Hash, "bundle.frames: this RTE receives no bundles (RTE_FILES=local)")
+	}
+	if s.endOfDrained(m.Hash) {
+		return false // asked again already, from the start
+	}
+	b := &s.m.bundles
+	b.mu.Lock()
+	t := b.byHash[m.Hash]
+	if t == nil || t.sess != s || !t.framesAsked {
+		b.mu.Unlock()
+		return s.reportBad(ctx, protocol.ErrUnexpected, m.Hash, fmt.Sprintf("bundle.frames for bundle %s, whose frame index this RTE did not ask for on this socket", m.Hash))
+	}
+	t.framesAsked = false
+	// t.job, not a waiter: every job may have stopped waiting, and the transfer on a live
+	// socket still carries on (leave).
+	recv, job := t.recv, t.job
+	b.mu.Unlock()
+
+	fail := func(err error) bool {
+		b.mu.Lock()
+		if b.byHash[m.Hash] == t && t.recv == recv {
+			t.settle(err)
+			delete(b.byHash, m.Hash) // the app sends nothing more of it: no ranges were asked
+			recv.Abort()
+		}
+		b.mu.Unlock()
+		s.m.met.bundles.WithLabelValues(bundleDiscarded).Inc()
+		s.log.Warn("bundle frame index refused; the jobs waiting for it end with an error", zap.String("bundle", m.Hash), zap.Error(err))
+		return false
+	}
+	if m.Size != t.size {
+		return fail(fmt.Errorf("bundle %s: bundle.frames says %d bytes, but %d were announced", m.Hash, m.Size, t.size))
+	}
+	// On the reader, like Commit: copying frames reads the cache, and no chunk of this bundle
+	// can come before the ranges are asked for.
+	missing, filled, err := recv.(FrameFiller).Fill(m.Frames)
+	if err != nil {
+		return fail(err)
+	}
+	b.mu.Lock()
+	if b.byHash[m.Hash] == t && t.recv == recv {
+		t.filled = filled > 0
+	}
+	b.mu.Unlock()
+	if missing == nil {
+		missing = []protocol.ByteRange{}
+	}
+	if err := s.conn.Send(context.Background(), &protocol.BundleRanges{Job: job, Hash: m.Hash, Ranges: missing}); err != nil {
+		return false // s ended; the next socket asks again
+	}
+	s.m.met.bundleReused.Add(float64(filled))
+	s.log.Info("reused frames of cached bundles; asked the app for the rest", zap.String("bundle", m.Hash),
+		zap.Int("frames", len(m.Frames)), zap.Int64("reused_bytes", filled), zap.Int("ranges", len(missing)))
 	return false
 }
 

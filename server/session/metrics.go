@@ -17,6 +17,8 @@ type metrics struct {
 	acks        prometheus.Counter
 	bundles     *prometheus.CounterVec
 	bundleBytes prometheus.Counter
+	// bundleReused counts bytes copied from frames already in the cache instead of received.
+	bundleReused prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -52,6 +54,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		bundleBytes: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "rte_bundle_received_bytes_total",
 			Help: "Bytes of bundle chunks written to the cache's temporary files, resent chunks after a reconnect included.",
+		})),
+		bundleReused: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rte_bundle_reused_bytes_total",
+			Help: "Bytes of bundles being received that were copied from frames of bundles already in the cache instead of sent by the app (protocol feature bundle.frames).",
 		})),
 	}
 	for _, r := range []string{bundleOK, bundleDiscarded, bundleMissing} {

@@ -27,6 +27,9 @@ type session struct {
 	welcomed   chan struct{} // closed by the reader when a usable welcome arrived
 	isWelcomed atomic.Bool   // the same, for readers outside the session
 	approved   atomic.Bool
+	// frames: the app's welcome names protocol.FeatureBundleFrames, so bundles are asked for
+	// by frame index first (bundles.go).
+	frames atomic.Bool
 	// senderDone is closed when the sender has stopped. A replacing session waits for it, so
 	// only one sender at a time takes signals from the shared Changed channels.
 	senderDone chan struct{}
@@ -285,6 +288,8 @@ func (s *session) handle(ctx context.Context, msg protocol.Message) (stop bool) 
 		return s.onBundleEnd(ctx, m)
 	case *protocol.BundleMissing:
 		return s.onBundleMissing(ctx, m)
+	case *protocol.BundleFrames:
+		return s.onBundleFrames(ctx, m)
 	case *protocol.Check:
 		s.onCheck(ctx, m)
 	default:
@@ -319,6 +324,7 @@ func (s *session) onWelcome(ctx context.Context, w *protocol.Welcome) (stop bool
 		s.m.cfg.Jobs.SetMaxJobs(w.MaxJobs)
 	}
 	s.approved.Store(w.Approved)
+	s.frames.Store(w.HasFeature(protocol.FeatureBundleFrames))
 	s.isWelcomed.Store(true)
 	close(s.welcomed)
 	s.log.Info("welcomed", zap.String("node", protocol.PeerText(w.Node, 128)), zap.Bool("approved", w.Approved),

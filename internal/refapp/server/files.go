@@ -131,6 +131,16 @@ func (b *BundleSource) Open(hash string) (io.ReadCloser, int64, error) {
 	return f, fi.Size(), nil
 }
 
+// Index gives a packed bundle's frame index (app.BundleIndexer), so a runner that holds an
+// older bundle of the same directory fetches only the frames that changed.
+func (b *BundleSource) Index(hash string) ([]protocol.BundleFrame, error) {
+	p, err := b.packer()
+	if err != nil {
+		return nil, err
+	}
+	return p.Index(hash)
+}
+
 // SetInventory replaces APP_INVENTORY_PATH's directory. It is not safe once jobs run: the demo
 // calls it before its RTE starts, when it has written the inventory of its own sshd.
 func (b *BundleSource) SetInventory(dir string) { b.inventory = dir }
