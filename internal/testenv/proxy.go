@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -112,33 +113,62 @@ func (p *ConnectProxy) handle(c net.Conn) {
 }
 
 // Forwarder forwards TCP from a loopback port to a target and can cut every connection it
-// carries, which drops a socket without either peer closing it.
+// carries, which drops a socket without either peer closing it; stall them, which keeps the
+// connections open but moves no byte (a peer that vanished without a FIN or RST); or cut them
+// once a number of bytes has passed (a transfer cut half-way).
 type Forwarder struct {
 	ln     net.Listener
 	target string
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
 	wg     sync.WaitGroup
 	// refusing closes every new connection at once, as a firewall that drops the way would.
 	refusing atomic.Bool
+	// carried counts the bytes written to either side, for DropAfter and Carried.
+	carried atomic.Int64
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+	// flowing is closed while bytes may move; Stall(true) replaces it with an open one that
+	// Stall(false) closes, releasing every pipe waiting on it.
+	flowing chan struct{}
+	// dropAt, when above 0, is the carried count at which every connection is cut; dropped is
+	// closed then.
+	dropAt  int64
+	dropped chan struct{}
 }
 
 // StartForwarder forwards a new loopback port to target until the test ends.
 func StartForwarder(t T, target string) *Forwarder {
 	t.Helper()
+	f, err := NewForwarder(target)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(f.Close)
+	return f
+}
+
+// NewForwarder forwards a new loopback port to target until Close; for a program (the chaos
+// harness) rather than a test.
+func NewForwarder(target string) (*Forwarder, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("forwarder: %v", err)
+		return nil, fmt.Errorf("forwarder: %w", err)
 	}
-	f := &Forwarder{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	open := make(chan struct{})
+	close(open)
+	f := &Forwarder{ln: ln, target: target, conns: map[net.Conn]struct{}{}, flowing: open}
 	f.wg.Add(1)
 	go f.accept()
-	t.Cleanup(func() {
-		ln.Close()
-		f.Drop()
-		f.wg.Wait()
-	})
-	return f
+	return f, nil
+}
+
+// Close stops listening, lets stalled bytes go, cuts every connection and waits for its
+// goroutines.
+func (f *Forwarder) Close() {
+	f.ln.Close()
+	f.Stall(false)
+	f.Drop()
+	f.wg.Wait()
 }
 
 // Addr is the forwarder's own address, host:port.
@@ -147,10 +177,45 @@ func (f *Forwarder) Addr() string { return f.ln.Addr().String() }
 // Refuse makes the forwarder close new connections at once (on) or carry them again (off).
 func (f *Forwarder) Refuse(on bool) { f.refusing.Store(on) }
 
+// Stall stops moving bytes on every connection, open or new, without closing any (on), or
+// lets them move again, the held bytes first (off). While stalled the kernel's buffers fill
+// and the peers' writes block, as on a path that lost every packet.
+func (f *Forwarder) Stall(on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	select {
+	case <-f.flowing:
+		if on {
+			f.flowing = make(chan struct{})
+		}
+	default:
+		if !on {
+			close(f.flowing)
+		}
+	}
+}
+
+// Carried is the number of bytes the forwarder has written to either side so far.
+func (f *Forwarder) Carried() int64 { return f.carried.Load() }
+
+// DropAfter cuts every connection once n more bytes have been carried (either way), replacing
+// an earlier DropAfter not yet done. The returned channel is closed when the cut happened.
+func (f *Forwarder) DropAfter(n int64) <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.dropAt = f.carried.Load() + n
+	f.dropped = make(chan struct{})
+	return f.dropped
+}
+
 // Drop cuts every connection through the forwarder; it returns how many it cut.
 func (f *Forwarder) Drop() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.dropLocked()
+}
+
+func (f *Forwarder) dropLocked() int {
 	n := len(f.conns) / 2
 	for c := range f.conns {
 		c.Close()
@@ -183,13 +248,42 @@ func (f *Forwarder) accept() {
 	}
 }
 
+// pipe copies src to dst by hand rather than with io.Copy: a stall must hold bytes between a
+// read and its write, and DropAfter must count each write.
 func (f *Forwarder) pipe(dst, src net.Conn) {
 	defer f.wg.Done()
-	_, _ = io.Copy(dst, src)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			f.mu.Lock()
+			flowing := f.flowing
+			f.mu.Unlock()
+			<-flowing
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+			f.count(int64(n))
+		}
+		if err != nil {
+			break
+		}
+	}
 	dst.Close()
 	src.Close()
 	f.mu.Lock()
 	delete(f.conns, dst)
 	delete(f.conns, src)
 	f.mu.Unlock()
+}
+
+func (f *Forwarder) count(n int64) {
+	total := f.carried.Add(n)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.dropAt > 0 && total >= f.dropAt {
+		f.dropAt = 0
+		f.dropLocked()
+		close(f.dropped)
+	}
 }
