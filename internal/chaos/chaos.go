@@ -126,6 +126,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := c.stop(); err != nil {
 		rep.Violations = append(rep.Violations, "stopping the cluster: "+err.Error())
 	}
+	rep.Violations = append(rep.Violations, c.crashes()...)
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}

@@ -43,6 +43,30 @@ type child struct {
 	mu   sync.Mutex
 	proc *testenv.RTE // testenv's child launcher, which runs any binary
 	log  *os.File
+	// expecting is set by expectExit just before the harness kills or stops the process; an
+	// exit without it is a crash, noted in crashes.
+	expecting bool
+	crashes   []string
+	watchers  sync.WaitGroup
+}
+
+// expectExit marks the process's next exit as the harness's doing.
+func (ch *child) expectExit() {
+	ch.mu.Lock()
+	ch.expecting = true
+	ch.mu.Unlock()
+}
+
+// watch notes the process's exit as a crash unless expectExit came first.
+func (ch *child) watch(p *testenv.RTE) {
+	defer ch.watchers.Done()
+	<-p.Done()
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if !ch.expecting {
+		ch.crashes = append(ch.crashes, fmt.Sprintf("%s exited on its own (%v); its last lines:\n%s", ch.name, p.Err(), testenv.Tail(p.Log(), 10)))
+	}
+	ch.expecting = false
 }
 
 // node is one `rte-app serve` process.
@@ -131,6 +155,9 @@ func (ch *child) start(ctx context.Context, logDir, probe string) error {
 		Log: ch.log, SysProcAttr: testenv.OwnGroupTiedToParent()})
 	if err == nil {
 		ch.proc = p
+		ch.expecting = false
+		ch.watchers.Add(1)
+		go ch.watch(p)
 	}
 	ch.mu.Unlock()
 	if err != nil {
@@ -158,12 +185,14 @@ func (ch *child) start(ctx context.Context, logDir, probe string) error {
 // stop ends the process (SIGTERM, then SIGKILL after 30 s) and closes its log.
 func (ch *child) stop() error {
 	var err error
+	ch.expectExit()
 	if p := ch.current(); p != nil {
 		if err = p.Stop(30 * time.Second); err != nil {
 			err = fmt.Errorf("%s: %w", ch.name, err)
 		}
 		<-p.Done()
 	}
+	ch.watchers.Wait()
 	if ch.log != nil {
 		ch.log.Close()
 	}
@@ -357,6 +386,28 @@ func (c *cluster) runner(ctx context.Context, name string) (api.RunnerView, bool
 		}
 	}
 	return api.RunnerView{}, false
+}
+
+// crashes lists every exit of a process the harness did not cause.
+func (c *cluster) crashes() []string {
+	var out []string
+	for _, ch := range c.children() {
+		ch.mu.Lock()
+		out = append(out, ch.crashes...)
+		ch.mu.Unlock()
+	}
+	return out
+}
+
+func (c *cluster) children() []*child {
+	var out []*child
+	for _, n := range c.nodes {
+		out = append(out, &n.child)
+	}
+	for _, r := range c.rtes {
+		out = append(out, &r.child)
+	}
+	return out
 }
 
 // stop ends every process (SIGTERM, then SIGKILL), closes the forwarders and unmounts the

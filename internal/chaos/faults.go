@@ -160,6 +160,7 @@ func (h *harness) apply(ctx context.Context, f *fault, r *rteBox) error {
 		if f.Kind == RTETerm {
 			sig = syscall.SIGTERM
 		}
+		r.expectExit()
 		p.Signal(sig)
 		select {
 		case <-p.Done():
@@ -241,6 +242,7 @@ func (h *harness) killNode(ctx context.Context, f *fault, r *rteBox) error {
 	} else {
 		f.Note = joinNote(f.Note, n.name+" held the socket")
 	}
+	n.expectExit()
 	n.current().Kill()
 	sleep(ctx, f.Hold)
 	return h.c.startNode(ctx, n)
@@ -265,6 +267,9 @@ func (h *harness) cutBundle(ctx context.Context, f *fault, r *rteBox) error {
 		f.Note = joinNote(f.Note, fmt.Sprintf("cut %d MiB into the transfer of a %d MiB bundle", cutAfter>>20, ballastBytes>>20))
 	case <-time.After(bundleWait):
 		r.fwd.DropAfter(1 << 62) // disarm
+		// Nothing happened, so nothing is to recover from: the wait is not recovery time.
+		f.proc, f.Start = r.current(), time.Now()
+		f.mark = f.proc.Mark()
 		f.Note = joinNote(f.Note, "no bundle went to this RTE within "+bundleWait.String()+"; nothing cut")
 	case <-ctx.Done():
 	}
