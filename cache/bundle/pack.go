@@ -310,10 +310,13 @@ func writeBundle(ctx context.Context, root string, entries []entry, w io.Writer)
 
 // ChangedError is Pack's error for a file that changed between the scan and its copy (it was
 // being written): a caller may pack again once the writing is done.
-type ChangedError struct{ Path string }
+type ChangedError struct {
+	Path string
+	How  string // "changed", or "shrank" when it was cut short during the copy
+}
 
 func (e *ChangedError) Error() string {
-	return e.Path + " changed while it was being packed; pack again once it is written"
+	return e.Path + " " + e.How + " while it was being packed; pack again once it is written"
 }
 
 // copyFile copies exactly e.size bytes of the file e into tw. It refuses a file that changed
@@ -333,7 +336,7 @@ func copyFile(tw io.Writer, root string, e entry, buf []byte) error {
 		return fmt.Errorf("stat %s: %w", p, err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != e.size || st.Mtim.Nano() != e.mtime {
-		return &ChangedError{Path: p}
+		return &ChangedError{Path: p, How: "changed"}
 	}
 	for left := e.size; left > 0; {
 		n, err := unix.Read(fd, buf[:min(left, int64(len(buf)))])
@@ -344,7 +347,7 @@ func copyFile(tw io.Writer, root string, e entry, buf []byte) error {
 			return fmt.Errorf("read %s: %w", p, err)
 		}
 		if n == 0 {
-			return fmt.Errorf("%s shrank while it was being packed; pack again once it is written", p)
+			return &ChangedError{Path: p, How: "shrank"}
 		}
 		if _, err := tw.Write(buf[:n]); err != nil {
 			return err

@@ -30,6 +30,7 @@ type fault struct {
 	Start, End time.Time     // injection, and the moment the fault was lifted
 	Recovered  time.Duration // from Start; 0 when it did not recover
 	MidJob     bool          // a job of the RTE was running with records stored when it was injected
+	Missed     bool          // a bundle-cut that found no transfer to cut, so it broke nothing
 	Note       string
 	Failure    string // the invariant this fault broke; "" when none
 
@@ -270,6 +271,7 @@ func (h *harness) cutBundle(ctx context.Context, f *fault, r *rteBox) error {
 		// Nothing happened, so nothing is to recover from: the wait is not recovery time.
 		f.proc, f.Start = r.current(), time.Now()
 		f.mark = f.proc.Mark()
+		f.Missed = true
 		f.Note = joinNote(f.Note, "no bundle went to this RTE within "+bundleWait.String()+"; nothing cut")
 	case <-ctx.Done():
 	}
@@ -305,7 +307,7 @@ func (h *harness) recovered(ctx context.Context, f *fault, r *rteBox, targets ma
 		return "the runner is not connected"
 	}
 	p := r.current()
-	if f.Kind.breaksSocket() {
+	if f.Kind.breaksSocket() && !f.Missed {
 		from := 0
 		if p == f.proc {
 			from = f.mark

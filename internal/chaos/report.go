@@ -71,7 +71,7 @@ func (r *Report) Write(w io.Writer) {
 	fmt.Fprintf(tw, "jobs without an end\t%d\t(must be 0)\n", r.WithoutEnd)
 	fmt.Fprintf(tw, "\t\t\n")
 	fmt.Fprintf(tw, "fault\tinjected\tmid-job\trecovered\tmedian\tmax\n")
-	injected := 0
+	injected, missed := 0, 0
 	for _, k := range Kinds {
 		var times []time.Duration
 		n, mid, rec := 0, 0, 0
@@ -82,6 +82,10 @@ func (r *Report) Write(w io.Writer) {
 			n++
 			if f.MidJob {
 				mid++
+			}
+			if f.Missed {
+				missed++
+				continue
 			}
 			if f.Recovered > 0 {
 				rec++
@@ -102,6 +106,9 @@ func (r *Report) Write(w io.Writer) {
 	}
 	fmt.Fprintf(tw, "all\t%d\t\t\t\t\n", injected)
 	tw.Flush()
+	if missed > 0 {
+		fmt.Fprintf(w, "%d bundle-cuts found no transfer to cut within %s (counted as injected, not as recovered)\n", missed, bundleWait)
+	}
 	for _, s := range r.Skipped {
 		fmt.Fprintf(w, "skipped: %s\n", s)
 	}

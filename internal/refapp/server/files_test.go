@@ -129,7 +129,7 @@ func TestPackSettledTriesAgainWhileAFileChanges(t *testing.T) {
 		return func() (bundle.Packed, error) {
 			tries++
 			if tries <= failures {
-				return bundle.Packed{}, fmt.Errorf("pack /p: %w", &bundle.ChangedError{Path: "/p/ballast.bin"})
+				return bundle.Packed{}, fmt.Errorf("pack /p: %w", &bundle.ChangedError{Path: "/p/ballast.bin", How: "shrank"})
 			}
 			return bundle.Packed{Name: "sha256:ok"}, nil
 		}
