@@ -311,6 +311,14 @@ func (a *App) reconcileJob(ctx context.Context, id string, held bool, runner *Ru
 			return nil, nil
 		}
 	}
+	if j.LastSeq == 0 {
+		// Nothing of the job ever arrived: the runner took it (job.accepted) and restarted
+		// before it spooled a record, which happens when it is killed while it fetches the
+		// job's files. Blaming a lost spool would send the operator after the wrong problem.
+		return nil, a.endLocked(ctx, j, protocol.StatusAbandoned, fmt.Sprintf(
+			"runner %q no longer knows this job and sent no record of it: it restarted after accepting the job and before starting it (or its spool was lost); submit it again",
+			j.Runner))
+	}
 	return nil, a.endLocked(ctx, j, protocol.StatusAbandoned, fmt.Sprintf(
 		"runner %q no longer knows this job: it is neither running nor spooled there, so its spool was lost (a new volume, or another RTE under this name); records after seq %d never arrived",
 		j.Runner, j.LastSeq))

@@ -3,6 +3,7 @@ package app_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -421,7 +422,8 @@ func TestConnectReconciles(t *testing.T) {
 	put("lost-start", app.JobDispatched)                     // job.start lost: sent again
 	put("lost-secrets", app.JobDispatched, "vault_password") // secrets gone with the restart
 	put("held", app.JobDispatched)                           // the runner has it: running, not sent again
-	put("forgotten", app.JobRunning)                         // the runner lost it: abandoned
+	put("forgotten", app.JobRunning)                         // the runner restarted before its start: abandoned
+	put("spool-lost", app.JobRunning)                        // records 1..2 stored, the runner has none: abandoned
 	put("spooled", app.JobRunning)                           // records 1..3 stored, 4..5 at the runner
 	put("queued-secrets", app.JobQueued, "become_password")  // secrets gone: ended at Run
 	put("canceled-in-flight", app.JobDispatched)             // cancel requested, never arrived: canceled
@@ -438,6 +440,12 @@ func TestConnectReconciles(t *testing.T) {
 	if _, err := store.StoreRecords(ctx, spooled[:3]); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := store.StoreRecords(ctx, []protocol.Record{
+		{Job: "spool-lost", Seq: 1, Kind: protocol.KindStart, At: now, Data: json.RawMessage(`{"pid":1,"instance":"h","playbook":"site.yml"}`)},
+		{Job: "spool-lost", Seq: 2, Kind: protocol.KindOutput, At: now, Data: json.RawMessage(`{"text":"x"}`)},
+	}); err != nil {
+		t.Fatal(err)
+	}
 
 	ta := runningApp(t, store, nil)
 	ta.addSim(t, sim)
@@ -450,7 +458,8 @@ func TestConnectReconciles(t *testing.T) {
 	for id, want := range map[string]struct{ status, says string }{
 		"lost-secrets":       {protocol.StatusError, "app restarted before the runner had the job"},
 		"queued-secrets":     {protocol.StatusError, "app restarted before the runner had the job"},
-		"forgotten":          {protocol.StatusAbandoned, "neither running nor spooled"},
+		"forgotten":          {protocol.StatusAbandoned, "restarted after accepting the job and before starting it"},
+		"spool-lost":         {protocol.StatusAbandoned, "records after seq 2 never arrived"},
 		"canceled-in-flight": {protocol.StatusCanceled, "before the runner started it"},
 	} {
 		got := ta.waitJob(t, id, "ended", inState(app.JobEnded))

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -313,6 +314,63 @@ func TestSpoolFailureStopsTheJob(t *testing.T) {
 	}
 	wantGroupGone(t, startOf(t, recs).PID)
 	e.wantDirGone(t, "spool-1")
+}
+
+// The end of a job stopped by a full spool must reach the spool once it has room: tried only
+// once, it was lost whenever the disk was still full, and the job stayed running at the app for
+// good (found by the chaos harness, internal/chaos, seed 20261203).
+func TestSpoolFullEndIsRetriedUntilTaken(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, func(c *jobs.Config) { c.KillGrace = time.Second })
+	var endTries atomic.Int32
+	e.rec.fail = func(job, kind string) error {
+		switch kind {
+		case protocol.KindStart:
+			return nil
+		case protocol.KindEnd:
+			if endTries.Add(1) < 3 {
+				return errors.New("write spool: no space left on device")
+			}
+			return nil
+		}
+		return errors.New("write spool: no space left on device")
+	}
+	e.start(t, jobStart("spool-end-1", "sleep.yml"))
+	recs := e.rec.waitEnd(t, "spool-end-1")
+	end := wantEnd(t, recs, protocol.StatusError, anyCode)
+	if !strings.Contains(end.Message, "spool") {
+		t.Errorf("end message %q, want it to name the spool", end.Message)
+	}
+	if n := endTries.Load(); n != 3 {
+		t.Errorf("the end was tried %d times, want 3: twice refused, then taken", n)
+	}
+}
+
+// A drain whose grace runs out stops the retries of an end the spool never takes, so the RTE
+// can stop; the job keeps no end (the next start's restore ends it abandoned).
+func TestDrainGivesUpAnEndTheSpoolRefuses(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, func(c *jobs.Config) { c.KillGrace = time.Second })
+	var endTried atomic.Bool
+	e.rec.fail = func(job, kind string) error {
+		if kind == protocol.KindStart {
+			return nil
+		}
+		if kind == protocol.KindEnd {
+			endTried.Store(true)
+		}
+		return errors.New("write spool: no space left on device")
+	}
+	e.start(t, jobStart("spool-end-2", "sleep.yml"))
+	testenv.Eventually(t, time.Minute, "the job's end is tried", endTried.Load)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.m.Drain(ctx, 0); err != nil {
+		t.Fatalf("Drain = %v, want nil: the end retries must stop when the drain gives up", err)
+	}
+	if recs := e.rec.records("spool-end-2"); len(recs) != 1 || recs[0].Kind != protocol.KindStart {
+		t.Errorf("records:\n%s\nwant the start only", dump(recs))
+	}
 }
 
 func TestAnsibleVersion(t *testing.T) {

@@ -137,6 +137,10 @@ type Manager struct {
 	reserved []string // env keys a job may not set
 	ran      *ledger
 	changed  chan struct{}
+	// givenUp is closed when a drain's grace has run out: a job whose end the spool has not
+	// taken yet stops retrying it (the next start ends it abandoned from the spool).
+	givenUp  chan struct{}
+	giveUpMu sync.Once
 
 	wg sync.WaitGroup // one per job goroutine
 
@@ -243,6 +247,7 @@ func New(cfg Config) (*Manager, error) {
 		binary:   binary,
 		reserved: reservedEnv(cfg.PluginDir),
 		changed:  make(chan struct{}, 1),
+		givenUp:  make(chan struct{}),
 		jobs:     make(map[string]*job),
 	}
 	return m, nil
@@ -492,8 +497,9 @@ func (m *Manager) notify() {
 
 // Drain stops taking jobs (Start refuses "draining"), waits up to grace for running jobs to
 // end, then stops the process groups of the rest (SIGTERM, SIGKILL after KillGrace), which end
-// "abandoned". It returns nil once every job has its end recorded, or ctx's error if ctx ends
-// first (the jobs still end on their own).
+// "abandoned"; a job whose end the spool has not taken yet stops waiting for it then. It
+// returns nil once every job goroutine is done, or ctx's error if ctx ends first (the jobs
+// still end on their own).
 func (m *Manager) Drain(ctx context.Context, grace time.Duration) error {
 	m.mu.Lock()
 	if !m.draining {
@@ -522,6 +528,7 @@ waitGrace:
 			return ctx.Err()
 		}
 	}
+	m.giveUpMu.Do(func() { close(m.givenUp) })
 	for _, j := range jobs {
 		select {
 		case <-j.done:

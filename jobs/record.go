@@ -3,6 +3,7 @@ package jobs
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/rte-project/rte/protocol"
 	"go.uber.org/zap"
@@ -76,18 +77,37 @@ func (r *runner) appendLog(level, format string, args ...any) {
 	r.appendJSON(protocol.KindLog, protocol.LogData{Level: level, Message: protocol.PeerText(fmt.Sprintf(format, args...), maxLogMessage)})
 }
 
-// appendEnd records the job's last record. After a spool failure it is still tried once, so the
-// app learns why the job stopped if the spool has recovered.
+// endRetryEvery is how often a job's end is tried again while the spool cannot take it.
+var endRetryEvery = time.Second
+
+// appendEnd records the job's last record. After a spool failure (a full disk) it is tried
+// until the spool takes it: a job whose end is never spooled would stay running at the app,
+// since the RTE reports it spooled and never ends it. Only a drain whose grace ran out stops
+// the retries; the job's spool file then has no end, and the next start ends it abandoned.
 func (r *runner) appendEnd(end protocol.EndData) {
 	end.Message = protocol.PeerText(end.Message, maxLogMessage)
 	r.settle(len(r.unsynced))
 	data, err := json.Marshal(end)
-	if err == nil {
-		_, err = r.cfg.Recorder.Append(r.j.id, protocol.KindEnd, data)
-	}
 	if err != nil {
-		r.log.Error("could not record the job's end; the spool will not have it", zap.String("status", end.Status), zap.Error(err))
+		// Only EndData comes here, and it always encodes.
+		r.log.Error("encode the job's end", zap.Error(err))
 		return
 	}
-	r.log.Info("job ended", zap.String("status", end.Status), zap.Int("exit_code", end.ExitCode), zap.String("message", end.Message))
+	for tries := 1; ; tries++ {
+		_, err := r.cfg.Recorder.Append(r.j.id, protocol.KindEnd, data)
+		if err == nil {
+			r.log.Info("job ended", zap.String("status", end.Status), zap.Int("exit_code", end.ExitCode), zap.String("message", end.Message), zap.Int("tries", tries))
+			return
+		}
+		if tries == 1 {
+			r.log.Error("could not record the job's end; trying again until the spool has room", zap.String("status", end.Status),
+				zap.Duration("every", endRetryEvery), zap.Error(err))
+		}
+		select {
+		case <-time.After(endRetryEvery):
+		case <-r.m.givenUp:
+			r.log.Error("gave up recording the job's end: the drain ran out; the next start ends it abandoned", zap.String("status", end.Status), zap.Int("tries", tries), zap.Error(err))
+			return
+		}
+	}
 }

@@ -410,6 +410,17 @@ func (f *framer) cut() error {
 	return nil
 }
 
+// ChangedError is Pack's error for a file that changed between the scan and its copy (it was
+// being written): a caller may pack again once the writing is done.
+type ChangedError struct {
+	Path string
+	How  string // "changed", or "shrank" when it was cut short during the copy
+}
+
+func (e *ChangedError) Error() string {
+	return e.Path + " " + e.How + " while it was being packed; pack again once it is written"
+}
+
 // copyFile copies exactly e.size bytes of the file e into tw. It refuses a file that changed
 // since scan looked at it: the tar header already promised a size, and the Packer's cache key
 // already promised a content. Raw descriptors, not os.File: registering each of thousands of
@@ -427,7 +438,7 @@ func copyFile(tw io.Writer, root string, e entry, buf []byte) error {
 		return fmt.Errorf("stat %s: %w", p, err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != e.size || st.Mtim.Nano() != e.mtime {
-		return fmt.Errorf("%s changed while it was being packed; pack again once it is written", p)
+		return &ChangedError{Path: p, How: "changed"}
 	}
 	for left := e.size; left > 0; {
 		n, err := unix.Read(fd, buf[:min(left, int64(len(buf)))])
@@ -438,7 +449,7 @@ func copyFile(tw io.Writer, root string, e entry, buf []byte) error {
 			return fmt.Errorf("read %s: %w", p, err)
 		}
 		if n == 0 {
-			return fmt.Errorf("%s shrank while it was being packed; pack again once it is written", p)
+			return &ChangedError{Path: p, How: "shrank"}
 		}
 		if _, err := tw.Write(buf[:n]); err != nil {
 			return err

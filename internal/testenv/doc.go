@@ -11,11 +11,14 @@
 //     key, for connection checks and for playbooks over ssh;
 //   - ConnectProxy, an HTTP CONNECT proxy that resolves only the names it was given and keeps
 //     every target it was asked for;
-//   - Forwarder, a TCP forwarder that can cut every connection it carries or refuse new ones,
-//     which drops a socket without either peer closing it;
+//   - Forwarder, a TCP forwarder that can cut every connection it carries, refuse new ones,
+//     stall them (open, but no byte moves) or cut them once some bytes have passed, which
+//     drops a socket without either peer closing it (StartForwarder for a test, NewForwarder
+//     for the chaos harness);
 //   - RTE, the built rte binary as a process with its JSON log lines captured (StartRTE for a
-//     test, LaunchRTE for the demo, which handles errors itself), and Build, which builds the
-//     binaries once for a test binary's TestMain;
+//     test, LaunchRTE for the demo and the chaos harness, which handle errors themselves and
+//     also run rte-app serve with it), and Build, which builds the binaries once for a test
+//     binary's TestMain;
 //   - Tail, the end of a log for an error message, and OwnGroupTiedToParent, the attributes of
 //     a child that must not outlive its parent.
 //

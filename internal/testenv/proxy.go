@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -112,35 +113,64 @@ func (p *ConnectProxy) handle(c net.Conn) {
 }
 
 // Forwarder forwards TCP from a loopback port to a target and can cut every connection it
-// carries, which drops a socket without either peer closing it.
+// carries, which drops a socket without either peer closing it; stall them, which keeps the
+// connections open but moves no byte (a peer that vanished without a FIN or RST); or cut them
+// once a number of bytes has passed (a transfer cut half-way).
 type Forwarder struct {
 	ln     net.Listener
 	target string
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
 	wg     sync.WaitGroup
 	// refusing closes every new connection at once, as a firewall that drops the way would.
 	refusing atomic.Bool
 	// toTarget counts the bytes carried towards the target, over every connection.
 	toTarget atomic.Int64
+	// carried counts the bytes written to either side, for DropAfter and Carried.
+	carried atomic.Int64
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+	// flowing is closed while bytes may move; Stall(true) replaces it with an open one that
+	// Stall(false) closes, releasing every pipe waiting on it.
+	flowing chan struct{}
+	// dropAt, when above 0, is the carried count at which every connection is cut; dropped is
+	// closed then.
+	dropAt  int64
+	dropped chan struct{}
 }
 
 // StartForwarder forwards a new loopback port to target until the test ends.
 func StartForwarder(t T, target string) *Forwarder {
 	t.Helper()
+	f, err := NewForwarder(target)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(f.Close)
+	return f
+}
+
+// NewForwarder forwards a new loopback port to target until Close; for a program (the chaos
+// harness) rather than a test.
+func NewForwarder(target string) (*Forwarder, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("forwarder: %v", err)
+		return nil, fmt.Errorf("forwarder: %w", err)
 	}
-	f := &Forwarder{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	open := make(chan struct{})
+	close(open)
+	f := &Forwarder{ln: ln, target: target, conns: map[net.Conn]struct{}{}, flowing: open}
 	f.wg.Add(1)
 	go f.accept()
-	t.Cleanup(func() {
-		ln.Close()
-		f.Drop()
-		f.wg.Wait()
-	})
-	return f
+	return f, nil
+}
+
+// Close stops listening, lets stalled bytes go, cuts every connection and waits for its
+// goroutines.
+func (f *Forwarder) Close() {
+	f.ln.Close()
+	f.Stall(false)
+	f.Drop()
+	f.wg.Wait()
 }
 
 // Addr is the forwarder's own address, host:port.
@@ -153,10 +183,45 @@ func (f *Forwarder) Refuse(on bool) { f.refusing.Store(on) }
 // connections so far: what the dialling side sent on the wire, TLS included.
 func (f *Forwarder) ToTarget() int64 { return f.toTarget.Load() }
 
+// Stall stops moving bytes on every connection, open or new, without closing any (on), or
+// lets them move again, the held bytes first (off). While stalled the kernel's buffers fill
+// and the peers' writes block, as on a path that lost every packet.
+func (f *Forwarder) Stall(on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	select {
+	case <-f.flowing:
+		if on {
+			f.flowing = make(chan struct{})
+		}
+	default:
+		if !on {
+			close(f.flowing)
+		}
+	}
+}
+
+// Carried is the number of bytes the forwarder has written to either side so far.
+func (f *Forwarder) Carried() int64 { return f.carried.Load() }
+
+// DropAfter cuts every connection once n more bytes have been carried (either way), replacing
+// an earlier DropAfter not yet done. The returned channel is closed when the cut happened.
+func (f *Forwarder) DropAfter(n int64) <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.dropAt = f.carried.Load() + n
+	f.dropped = make(chan struct{})
+	return f.dropped
+}
+
 // Drop cuts every connection through the forwarder; it returns how many it cut.
 func (f *Forwarder) Drop() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.dropLocked()
+}
+
+func (f *Forwarder) dropLocked() int {
 	n := len(f.conns) / 2
 	for c := range f.conns {
 		c.Close()
@@ -184,18 +249,35 @@ func (f *Forwarder) accept() {
 		f.conns[c], f.conns[up] = struct{}{}, struct{}{}
 		f.mu.Unlock()
 		f.wg.Add(2)
-		go f.pipe(c, up, nil)
-		go f.pipe(up, c, &f.toTarget)
+		go f.pipe(c, up, false)
+		go f.pipe(up, c, true)
 	}
 }
 
-func (f *Forwarder) pipe(dst, src net.Conn, count *atomic.Int64) {
+// pipe copies src to dst by hand rather than with io.Copy: a stall must hold bytes between a
+// read and its write, and DropAfter must count each write.
+func (f *Forwarder) pipe(dst, src net.Conn, toTarget bool) {
 	defer f.wg.Done()
-	var w io.Writer = dst
-	if count != nil {
-		w = countWriter{dst, count}
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			f.mu.Lock()
+			flowing := f.flowing
+			f.mu.Unlock()
+			<-flowing
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+			if toTarget {
+				f.toTarget.Add(int64(n))
+			}
+			f.count(int64(n))
+		}
+		if err != nil {
+			break
+		}
 	}
-	_, _ = io.Copy(w, src)
 	dst.Close()
 	src.Close()
 	f.mu.Lock()
@@ -204,15 +286,13 @@ func (f *Forwarder) pipe(dst, src net.Conn, count *atomic.Int64) {
 	f.mu.Unlock()
 }
 
-// countWriter counts what it writes as it writes it, so a reader of the count sees bytes of
-// connections still open.
-type countWriter struct {
-	w io.Writer
-	n *atomic.Int64
-}
-
-func (c countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n.Add(int64(n))
-	return n, err
+func (f *Forwarder) count(n int64) {
+	total := f.carried.Add(n)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.dropAt > 0 && total >= f.dropAt {
+		f.dropAt = 0
+		f.dropLocked()
+		close(f.dropped)
+	}
 }

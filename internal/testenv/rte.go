@@ -63,9 +63,10 @@ type RTE struct {
 
 // RTEConfig says how LaunchRTE runs an rte binary.
 type RTEConfig struct {
-	Bin string   // the rte binary
-	Dir string   // its working directory, created if missing
-	Env []string // exactly the child's environment
+	Bin  string   // the rte binary (or rte-app, for a harness that runs the app as a process)
+	Args []string // the arguments after the binary's name (rte-app needs "serve")
+	Dir  string   // its working directory, created if missing
+	Env  []string // exactly the child's environment
 	// Log, when set, also receives every line the child prints (stdout and stderr together),
 	// one Write per line, until Done is closed: the demo's rte.log and its --verbose echo.
 	Log io.Writer
@@ -81,7 +82,7 @@ func LaunchRTE(cfg RTEConfig) (*RTE, error) {
 		return nil, err
 	}
 	p := &RTE{Dir: cfg.Dir, sink: cfg.Log, added: make(chan struct{}, 1), exit: make(chan struct{})}
-	cmd := exec.Command(cfg.Bin)
+	cmd := exec.Command(cfg.Bin, cfg.Args...)
 	cmd.Dir = cfg.Dir
 	cmd.Env = cfg.Env
 	cmd.SysProcAttr = cfg.SysProcAttr

@@ -309,7 +309,7 @@ func jobsCmd(ctx context.Context, c *command, args []string) error {
 	if err != nil {
 		return err
 	}
-	jobs, err := cl.jobs(ctx, *runner, *states, *limit)
+	jobs, err := cl.Jobs(ctx, *runner, *states, *limit)
 	stdout := c.stdout
 	if err != nil {
 		return err

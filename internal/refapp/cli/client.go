@@ -161,7 +161,9 @@ func (c *Client) Submit(ctx context.Context, req api.JobRequest) (api.JobView, e
 	return out, err
 }
 
-func (c *Client) jobs(ctx context.Context, runner, states string, limit int) ([]api.JobView, error) {
+// Jobs lists jobs, newest first: of runner ("" for every runner), in the comma-separated
+// states ("" for all), at most limit (0 for the app's default).
+func (c *Client) Jobs(ctx context.Context, runner, states string, limit int) ([]api.JobView, error) {
 	q := url.Values{}
 	if runner != "" {
 		q.Set("runner", runner)
@@ -175,6 +177,13 @@ func (c *Client) jobs(ctx context.Context, runner, states string, limit int) ([]
 	var out api.JobsResponse
 	err := c.do(ctx, http.MethodGet, "/api/v2/jobs", q, nil, &out)
 	return out.Jobs, err
+}
+
+// Job is one job as the app stores it now.
+func (c *Client) Job(ctx context.Context, id string) (api.JobView, error) {
+	var out api.JobView
+	err := c.do(ctx, http.MethodGet, "/api/v2/jobs/"+url.PathEscape(id), nil, nil, &out)
+	return out, err
 }
 
 func (c *Client) cancel(ctx context.Context, id string) (api.JobView, error) {

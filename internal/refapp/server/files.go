@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -91,13 +92,13 @@ func (b *BundleSource) Bundles(ctx context.Context, j *app.Job) (*protocol.JobFi
 	if err != nil {
 		return nil, err
 	}
-	pb, err := p.Pack(ctx, b.playbooks)
+	pb, err := packSettled(ctx, func() (bundle.Packed, error) { return p.Pack(ctx, b.playbooks) })
 	if err != nil {
 		return nil, fmt.Errorf("pack the playbooks (APP_PLAYBOOKS_PATH): %w", err)
 	}
 	files := &protocol.JobFiles{Playbooks: protocol.BundleRef{Hash: pb.Name, Size: pb.Size}}
 	if b.inventory != "" {
-		inv, err := p.Pack(ctx, b.inventory)
+		inv, err := packSettled(ctx, func() (bundle.Packed, error) { return p.Pack(ctx, b.inventory) })
 		if err != nil {
 			return nil, fmt.Errorf("pack the inventories (APP_INVENTORY_PATH): %w", err)
 		}
@@ -108,6 +109,33 @@ func (b *BundleSource) Bundles(ctx context.Context, j *app.Job) (*protocol.JobFi
 		b.log.Warn("pruning the bundle cache failed; it is tried again with the next job", zap.String("dir", b.cacheDir), zap.Error(err))
 	}
 	return files, nil
+}
+
+// packTries and packPause bound packSettled: a file being written (a deploy, an editor's save)
+// is done within moments, so a few tries over about three seconds let the job go out instead of
+// ending it with an error (seen by the chaos harness, which rewrites a file while jobs start).
+var (
+	packTries = 6
+	packPause = 100 * time.Millisecond
+)
+
+// packSettled calls pack until it does not fail with bundle.ChangedError, pausing between
+// tries (doubling from packPause), at most packTries times.
+func packSettled(ctx context.Context, pack func() (bundle.Packed, error)) (bundle.Packed, error) {
+	pause := packPause
+	for try := 1; ; try++ {
+		pb, err := pack()
+		var changed *bundle.ChangedError
+		if !errors.As(err, &changed) || try == packTries {
+			return pb, err
+		}
+		select {
+		case <-ctx.Done():
+			return pb, err
+		case <-time.After(pause):
+		}
+		pause *= 2
+	}
 }
 
 // Open reads a bundle from the cache directory. A bundle pruned since its job was dispatched

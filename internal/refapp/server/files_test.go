@@ -5,11 +5,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -113,5 +115,37 @@ func TestNoPlaybooksPathNoSource(t *testing.T) {
 	src, err := NewBundleSource(&settings.Settings{DB: filepath.Join(t.TempDir(), "app.db")}, zap.NewNop())
 	if err != nil || src != nil || src.FilesConfig() != nil {
 		t.Fatalf("NewBundleSource without APP_PLAYBOOKS_PATH = %v, %v; want no source, so the app sends no files", src, err)
+	}
+}
+
+// A playbook file being written while a job's bundle is packed makes Pack fail with
+// bundle.ChangedError; packSettled packs again, so the job goes out once the writing is done
+// instead of ending with an error. Anything else fails at once.
+func TestPackSettledTriesAgainWhileAFileChanges(t *testing.T) {
+	defer func(p time.Duration) { packPause = p }(packPause)
+	packPause = time.Millisecond
+	tries := 0
+	changing := func(failures int) func() (bundle.Packed, error) {
+		return func() (bundle.Packed, error) {
+			tries++
+			if tries <= failures {
+				return bundle.Packed{}, fmt.Errorf("pack /p: %w", &bundle.ChangedError{Path: "/p/ballast.bin", How: "shrank"})
+			}
+			return bundle.Packed{Name: "sha256:ok"}, nil
+		}
+	}
+	if pb, err := packSettled(context.Background(), changing(3)); err != nil || pb.Name != "sha256:ok" || tries != 4 {
+		t.Fatalf("packSettled = %+v, %v after %d tries; want the bundle after 4 tries", pb, err, tries)
+	}
+	tries = 0
+	_, err := packSettled(context.Background(), changing(100))
+	var changed *bundle.ChangedError
+	if !errors.As(err, &changed) || tries != packTries {
+		t.Fatalf("packSettled on a file that never settles = %v after %d tries; want ChangedError after %d", err, tries, packTries)
+	}
+	tries = 0
+	other := errors.New("permission denied")
+	if _, err := packSettled(context.Background(), func() (bundle.Packed, error) { tries++; return bundle.Packed{}, other }); !errors.Is(err, other) || tries != 1 {
+		t.Fatalf("packSettled on another error = %v after %d tries; want it at once", err, tries)
 	}
 }
