@@ -97,9 +97,12 @@ type PeerResult struct {
 	Usage    Usage
 	// Peaks is the peak RSS per process of the RTE path (rte, rte-app serve, the rte-app run
 	// client, ansible-playbook under the RTE); empty for the peers, whose Usage.MaxRSS is exact.
-	Peaks  map[string]int64 `json:",omitempty"`
-	Stdout int64            // bytes the tool printed (the RTE path: what rte-app run printed)
-	tail   string           // the end of what it printed, for the check of its recap
+	Peaks map[string]int64 `json:",omitempty"`
+	// CPUs is the CPU per process of the RTE path: ansible-playbook (reaped by the RTE), rte,
+	// rte-app serve, rte-app run; empty for the peers.
+	CPUs   map[string]time.Duration `json:",omitempty"`
+	Stdout int64                    // bytes the tool printed (the RTE path: what rte-app run printed)
+	tail   string                   // the end of what it printed, for the check of its recap
 }
 
 // counter counts what a tool prints and keeps only its last tailBytes, so no tool pays for a
@@ -206,7 +209,7 @@ func runRunner(ctx context.Context, f *peerFiles, name, work string) (PeerResult
 // difference of the app's and the RTE's /proc counters, which hold ansible-playbook once the
 // RTE has reaped it.
 func runRTE(ctx context.Context, r *Rig, appBin string, f *peerFiles, name string) (PeerResult, error) {
-	res := PeerResult{Playbook: name, Tool: ToolRTE, Peaks: map[string]int64{}}
+	res := PeerResult{Playbook: name, Tool: ToolRTE, Peaks: map[string]int64{}, CPUs: map[string]time.Duration{}}
 	pids := map[string]int{"rte": r.RTE.Pid(), "rte-app serve": r.App.Pid()}
 	before := map[string]Counters{}
 	for who, pid := range pids {
@@ -229,6 +232,7 @@ func runRTE(ctx context.Context, r *Rig, appBin string, f *peerFiles, name strin
 		return res, err
 	}
 	res.Peaks["rte-app run"] = u.MaxRSS
+	res.CPUs["rte-app run"] = u.CPU
 	total := u
 	for who, pid := range pids {
 		c, err := ReadCounters(pid)
@@ -241,6 +245,10 @@ func runRTE(ctx context.Context, r *Rig, appBin string, f *peerFiles, name strin
 			return res, err
 		}
 		res.Peaks[who] = peak
+		res.CPUs[who] = d.CPU - d.ChildCPU
+		if who == "rte" {
+			res.CPUs["ansible-playbook"] = d.ChildCPU
+		}
 		total = total.Add(Usage{CPU: d.CPU, WriteDisk: d.WriteDisk, MaxRSS: peak})
 	}
 	total.MaxRSS = max(total.MaxRSS, res.Peaks["ansible-playbook (sampled)"])

@@ -47,13 +47,14 @@ func ExitUsage(ps *os.ProcessState) Usage {
 // /proc/PID/stat) and bytes written (its own and its reaped children's, /proc/PID/io), read
 // before and after a run of a long-running process such as the RTE or the app.
 type Counters struct {
-	CPU       time.Duration
+	CPU       time.Duration // its own and its reaped children's
+	ChildCPU  time.Duration // its reaped children's alone (the RTE's: ansible-playbook's)
 	WriteDisk int64
 }
 
 // Sub is c - o, the cost of what happened between two readings.
 func (c Counters) Sub(o Counters) Counters {
-	return Counters{CPU: c.CPU - o.CPU, WriteDisk: c.WriteDisk - o.WriteDisk}
+	return Counters{CPU: c.CPU - o.CPU, ChildCPU: c.ChildCPU - o.ChildCPU, WriteDisk: c.WriteDisk - o.WriteDisk}
 }
 
 // ReadCounters reads pid's Counters.
@@ -66,15 +67,19 @@ func ReadCounters(pid int) (Counters, error) {
 		return Counters{}, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
 	}
 	// utime, stime, cutime, cstime are fields 14 to 17; f[0] is field 3.
-	var ticks int64
-	for _, s := range f[11:15] {
+	var ticks [4]int64
+	for i, s := range f[11:15] {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
 			return Counters{}, fmt.Errorf("/proc/%d/stat: %v", pid, err)
 		}
-		ticks += n
+		ticks[i] = n
 	}
-	c := Counters{CPU: time.Duration(ticks) * time.Second / clockTicks}
+	tick := time.Second / clockTicks
+	c := Counters{
+		CPU:      time.Duration(ticks[0]+ticks[1]+ticks[2]+ticks[3]) * tick,
+		ChildCPU: time.Duration(ticks[2]+ticks[3]) * tick,
+	}
 	io, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
 	if err != nil {
 		return Counters{}, err

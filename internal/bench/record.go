@@ -110,7 +110,8 @@ type FlowResult struct {
 	Produced int64         // bytes printed, or events written, by the stand-in
 	Stored   Stored        // what the app's store holds afterwards, read back
 	Wall     time.Duration // from submitting the job to the app holding its end
-	RTECPU   time.Duration // the RTE's CPU (with the stand-in's, reaped by it)
+	RTECPU   time.Duration // the RTE's own CPU
+	JobCPU   time.Duration // the stand-in's, reaped by the RTE
 	AppCPU   time.Duration
 	RTEWrite int64 // bytes the RTE process tree wrote to storage (spool)
 	AppWrite int64 // bytes the app wrote to storage (SQLite and its WAL)
@@ -146,7 +147,7 @@ func runFlow(ctx context.Context, r *Rig, env map[string]string) (FlowResult, er
 		return res, err
 	}
 	d, a := rteAfter.Sub(rteBefore), appAfter.Sub(appBefore)
-	res.RTECPU, res.RTEWrite, res.AppCPU, res.AppWrite = d.CPU, d.WriteDisk, a.CPU, a.WriteDisk
+	res.RTECPU, res.JobCPU, res.RTEWrite, res.AppCPU, res.AppWrite = d.CPU-d.ChildCPU, d.ChildCPU, d.WriteDisk, a.CPU, a.WriteDisk
 	if j.Status != protocol.StatusSuccess {
 		return res, fmt.Errorf("job %s ended %s: %s", id, j.Status, j.Message)
 	}

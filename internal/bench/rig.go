@@ -278,12 +278,16 @@ type Stored struct {
 	Status      string
 }
 
+// recordsPage is the records asked for at a time: the client reads an answer up to
+// sse.MaxEventBytes, and an output record holds up to 64 KiB of text, escaped in JSON.
+const recordsPage = 16
+
 // Count reads every stored record of the job back through the admin API.
 func (r *Rig) Count(ctx context.Context, id string) (Stored, error) {
 	var s Stored
 	var after int64
 	for {
-		recs, err := r.Client.Records(ctx, id, after, 5000)
+		recs, err := r.Client.Records(ctx, id, after, recordsPage)
 		if err != nil {
 			return s, err
 		}

@@ -169,7 +169,8 @@ func (c *Client) Job(ctx context.Context, id string) (api.JobView, error) {
 	return out, err
 }
 
-// Records is up to limit of the job's stored records after seq after, in order.
+// Records is up to limit of the job's stored records after seq after, in order. The answer is
+// read up to sse.MaxEventBytes, as every answer is: ask for as many records as fit in it.
 func (c *Client) Records(ctx context.Context, id string, after int64, limit int) ([]protocol.Record, error) {
 	q := url.Values{"after": {strconv.FormatInt(after, 10)}, "limit": {strconv.Itoa(limit)}}
 	var out api.RecordsResponse
