@@ -55,6 +55,9 @@ func TestQuickRun(t *testing.T) {
 		t.Errorf("%d peer runs, want 2 playbooks × 3 tools", len(res.Peers))
 	}
 	for _, p := range res.Peers {
+		if p.Failed != "" {
+			t.Errorf("%s by %s was left out: %s", p.Playbook, p.Tool, p.Failed)
+		}
 		if p.Wall <= 0 || p.Usage.CPU <= 0 || p.Usage.MaxRSS <= 0 {
 			t.Errorf("%s by %s: wall %s, CPU %s, peak %d: a measure is missing", p.Playbook, p.Tool, p.Wall, p.Usage.CPU, p.Usage.MaxRSS)
 		}

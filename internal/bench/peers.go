@@ -103,6 +103,10 @@ type PeerResult struct {
 	CPUs   map[string]time.Duration `json:",omitempty"`
 	Stdout int64                    // bytes the tool printed (the RTE path: what rte-app run printed)
 	tail   string                   // the end of what it printed, for the check of its recap
+	// Failed says why the run does not count: it exited 0 but its output lacks the recap of a
+	// finished playbook (seen once with ansible-runner process). It stays in the raw results
+	// and the table says how many runs were left out of the figures.
+	Failed string `json:",omitempty"`
 }
 
 // counter counts what a tool prints and keeps only its last tailBytes, so no tool pays for a
@@ -288,7 +292,10 @@ func Peers(ctx context.Context, bin Binaries, work string, s PeerSizes, rounds i
 				}
 				res.Round = round
 				if err == nil {
-					err = checkRecap(res, s)
+					if cerr := checkRecap(res, s); cerr != nil {
+						res.Failed = cerr.Error()
+						fmt.Fprintf(progress, "  round %d %-12s %-16s LEFT OUT: %s\n", round, name, tool, strings.SplitN(res.Failed, "\n", 2)[0])
+					}
 				}
 				if err != nil {
 					return out, fmt.Errorf("round %d, %s by %s: %w", round, name, tool, err)

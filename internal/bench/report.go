@@ -97,14 +97,22 @@ func (r *Results) peerRows(t *table) {
 			aim = aimOutputRatio
 		}
 		byTool := map[string][]PeerResult{}
+		leftOut := map[string]int{}
 		for _, p := range r.Peers {
-			if p.Playbook == pb {
+			switch {
+			case p.Playbook != pb:
+			case p.Failed != "":
+				leftOut[p.Tool]++
+			default:
 				byTool[p.Tool] = append(byTool[p.Tool], p)
 			}
 		}
 		for _, tool := range []string{ToolPlaybook, ToolRunner, ToolRTE} {
 			runs := byTool[tool]
 			if len(runs) == 0 {
+				if leftOut[tool] > 0 {
+					t.add("peers", label+": "+tool, fmt.Sprintf("every run left out: its output lacked a finished playbook's recap (-out has the runs)"), "", "")
+				}
 				continue
 			}
 			var wall, cpu, peak, written []float64
@@ -135,6 +143,9 @@ func (r *Results) peerRows(t *table) {
 					parts = append(parts, fmt.Sprintf("%s %.1f", who, median(xs)))
 				}
 				result += "; CPU per process (s): " + strings.Join(parts, ", ")
+			}
+			if n := leftOut[tool]; n > 0 {
+				result += fmt.Sprintf("; %d run(s) left out: the output lacked a finished playbook's recap though the tool exited 0 (-out has them)", n)
 			}
 			t.add("peers", label+": "+tool, result, "", "")
 		}
