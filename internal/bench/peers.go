@@ -104,7 +104,7 @@ type PeerResult struct {
 	Stdout int64                    // bytes the tool printed (the RTE path: what rte-app run printed)
 	tail   string                   // the end of what it printed, for the check of its recap
 	// Failed says why the run does not count: it exited 0 but its output lacks the recap of a
-	// finished playbook (seen once with ansible-runner process). It stays in the raw results
+	// finished playbook (seen with ansible-runner process, in the third round). It stays in the raw results
 	// and the table says how many runs were left out of the figures.
 	Failed string `json:",omitempty"`
 }
