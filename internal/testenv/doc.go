@@ -23,7 +23,8 @@
 //     a child that must not outlive its parent.
 //
 // It refuses to be production code: no binary's serving path imports it (`rte-app demo` does,
-// for its sshd and its RTE child, because the demo is a test rig that an operator runs). It does not import
+// for its sshd and its RTE child, because the demo is a test rig that an operator runs; so
+// does rte-bench, a measuring tool, for its children). It does not import
 // package testing either: the helpers that fail a test take the small [T] interface, which
 // *testing.T and *testing.B satisfy, so importing testenv adds no test flags to a binary. It
 // holds no assertions about the RTE's behaviour: tests keep their own checks and use these

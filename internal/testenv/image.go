@@ -43,7 +43,7 @@ func RequireImage(t T, image, target string) {
 }
 
 func buildImage(target string) error {
-	root, err := moduleRoot()
+	root, err := ModuleRoot()
 	if err != nil {
 		return err
 	}
@@ -56,9 +56,9 @@ func buildImage(target string) error {
 	return nil
 }
 
-// moduleRoot is the directory holding go.mod, found from the working directory up: go test
-// runs a package's tests in the package's directory.
-func moduleRoot() (string, error) {
+// ModuleRoot is the directory holding go.mod, found from the working directory up: go test
+// runs a package's tests in the package's directory, and rte-bench runs from the repository.
+func ModuleRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err

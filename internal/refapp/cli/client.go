@@ -17,6 +17,7 @@ import (
 	"github.com/rte-project/rte/internal/refapp/api"
 	"github.com/rte-project/rte/internal/refapp/display"
 	"github.com/rte-project/rte/internal/refapp/sse"
+	"github.com/rte-project/rte/protocol"
 )
 
 // Client talks to a running reference app over its admin API.
@@ -159,6 +160,15 @@ func (c *Client) Submit(ctx context.Context, req api.JobRequest) (api.JobView, e
 	var out api.JobView
 	err := c.do(ctx, http.MethodPost, "/api/v2/jobs", nil, req, &out)
 	return out, err
+}
+
+// Records is up to limit of the job's stored records after seq after, in order. The answer is
+// read up to sse.MaxEventBytes, as every answer is: ask for as many records as fit in it.
+func (c *Client) Records(ctx context.Context, id string, after int64, limit int) ([]protocol.Record, error) {
+	q := url.Values{"after": {strconv.FormatInt(after, 10)}, "limit": {strconv.Itoa(limit)}}
+	var out api.RecordsResponse
+	err := c.do(ctx, http.MethodGet, "/api/v2/jobs/"+url.PathEscape(id)+"/records", q, nil, &out)
+	return out.Records, err
 }
 
 // Jobs lists jobs, newest first: of runner ("" for every runner), in the comma-separated
