@@ -55,6 +55,7 @@ func run(ctx context.Context, args []string) int {
 	fs.IntVar(&o.Events, "events", 200000, "events: events the stand-in writes per round")
 	fs.IntVar(&o.Jobs, "jobs", 200, "scale: jobs at once on one RTE (its RTE_MAX_JOBS)")
 	fs.IntVar(&o.Sockets, "sockets", 2000, "scale: idle sockets on one app node")
+	fs.IntVar(&o.Files, "files", 2000, "files: files in the directory of which one changes")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -73,7 +74,7 @@ func run(ctx context.Context, args []string) int {
 		name string
 		v    int
 	}{{"rounds", o.Rounds}, {"tasks", o.Peers.Tasks}, {"hosts", o.Peers.Hosts}, {"output-mb", outputMB}, {"record-mb", recordMB},
-		{"disk-mb", diskMB}, {"events", o.Events}, {"jobs", o.Jobs}, {"sockets", o.Sockets}} {
+		{"disk-mb", diskMB}, {"events", o.Events}, {"jobs", o.Jobs}, {"sockets", o.Sockets}, {"files", o.Files}} {
 		if f.v < 1 {
 			fmt.Fprintf(os.Stderr, "rte-bench: -%s %d: give 1 or more\n", f.name, f.v)
 			return 2

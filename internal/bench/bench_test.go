@@ -45,7 +45,7 @@ func TestQuickRun(t *testing.T) {
 		Command: "test", Rounds: 1, Root: "../..", Work: t.TempDir(), Self: self,
 		Bin:    Binaries{RTE: filepath.Join(bin, "rte"), App: filepath.Join(bin, "rte-app")},
 		Peers:  PeerSizes{Tasks: 3, Hosts: 2, OutputLines: 2000},
-		Record: 3 << 20, Disk: 4 << 20, Events: 1500, Jobs: 4, Sockets: 6, Progress: &progress,
+		Record: 3 << 20, Disk: 4 << 20, Events: 1500, Jobs: 4, Sockets: 6, Files: 200, Progress: &progress,
 	}
 	res, err := Run(context.Background(), o)
 	if err != nil {
@@ -77,8 +77,11 @@ func TestQuickRun(t *testing.T) {
 	if s := res.Scale; s == nil || s.Connected != o.Sockets || s.RTEJobsRSS <= 0 || s.AppSockRSS <= 0 {
 		t.Errorf("scale: %+v", res.Scale)
 	}
+	if f := res.Files; f == nil || f.NewFrames < 1 || f.NewFrames >= f.AllFrames || f.Frames >= f.Whole || f.FileAlone <= 0 {
+		t.Errorf("files: %+v, want some but not all frames new", res.Files)
+	}
 	table := res.Markdown()
-	for _, want := range []string{"RTE path / ansible-playbook", "events/s", "MB/s", "per socket", "per job", "delta bundles", "ansible-runner"} {
+	for _, want := range []string{"RTE path / ansible-playbook", "events/s", "MB/s", "per socket", "per job", "bundle.frames", "ansible-runner"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("the table has no %q:\n%s", want, table)
 		}

@@ -12,6 +12,8 @@
 //   - the record path, events and scale sections, which replace ansible by a stand-in script so
 //     that they measure the RTE and the app, each beside its limit: the disk's own write+fsync
 //     rate and the spool alone, in the same directory, between the rounds;
+//   - the files section: what an RTE fetches with bundle.frames after one file of a generated
+//     2,000-file tree changed, computed from the real packer's two bundles by the RTE's rule;
 //   - reading /proc (CPU, peak RSS, write_bytes) for the long-running processes, and wait4's
 //     rusage for the ones it waits for;
 //   - the table, and replacing the block between the rte-bench markers in docs/benchmarks.md.

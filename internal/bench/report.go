@@ -22,6 +22,7 @@ type Results struct {
 	Record   *RecordResult `json:",omitempty"`
 	Events   []FlowResult  `json:",omitempty"`
 	Scale    *ScaleResult  `json:",omitempty"`
+	Files    *FilesResult  `json:",omitempty"`
 }
 
 // Aims the issue states.
@@ -74,7 +75,7 @@ func (r *Results) Markdown() string {
 	r.recordRows(&t)
 	r.eventRows(&t)
 	r.scaleRows(&t)
-	t.add("files", "one changed file in 2,000 (delta bundles)", "not measured by this run yet: the delta bundles' figure goes here", "", "")
+	r.filesRows(&t)
 	var b strings.Builder
 	fmt.Fprintf(&b, "Command: `%s`, started %s, took %s.\n\n", r.Command, r.Started.UTC().Format("2006-01-02 15:04 MST"), r.Duration.Round(time.Second))
 	b.WriteString(r.Machine.Markdown() + "\n\n")
@@ -283,4 +284,17 @@ func WriteBetweenMarkers(path, block string) error {
 	out.WriteString("\n" + block)
 	out.Write(b[j:])
 	return os.WriteFile(path, out.Bytes(), 0o644)
+}
+
+func (r *Results) filesRows(t *table) {
+	f := r.Files
+	if f == nil {
+		return
+	}
+	fetched := f.Index + f.Frames
+	t.add("files", fmt.Sprintf("one changed file in %d (%.1f MB of playbooks, one line appended to one file): what the RTE fetches with bundle.frames (the index message and the frames its cache lacks) against the whole bundle sent again without it", f.Files, float64(f.TreeBytes)/1e6),
+		fmt.Sprintf("%.1f KB (index %.1f KB + %d of %d frames %.1f KB) against %.0f KB whole: %.1f%%; the changed file alone compressed: %.1f KB",
+			float64(fetched)/1e3, float64(f.Index)/1e3, f.NewFrames, f.AllFrames, float64(f.Frames)/1e3, float64(f.Whole)/1e3,
+			100*float64(fetched)/float64(f.Whole), float64(f.FileAlone)/1e3),
+		"about the one file's compressed size (≤ 2×)", yesNo(fetched <= 2*f.FileAlone))
 }

@@ -12,7 +12,7 @@ import (
 )
 
 // Sections, in the order they run.
-var Sections = []string{"peers", "record", "events", "scale"}
+var Sections = []string{"peers", "record", "events", "scale", "files"}
 
 // Options are one run's sections and sizes. The zero sizes are not defaults: the command sets
 // them from its flags, and the test from its tiny ones.
@@ -30,6 +30,7 @@ type Options struct {
 	Events   int   // events per round
 	Jobs     int   // jobs at once on one RTE
 	Sockets  int   // sockets on one app node
+	Files    int   // files in the directory of which one changes
 	Progress io.Writer
 }
 
@@ -92,6 +93,14 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			return nil, fmt.Errorf("scale: %w", err)
 		}
 		res.Scale = &sc
+	}
+	if o.runs("files") {
+		fmt.Fprintf(o.Progress, "files: one changed file in %d, bytes the RTE fetches\n", o.Files)
+		f, err := Files(ctx, o.Work, o.Files)
+		if err != nil {
+			return nil, fmt.Errorf("files: %w", err)
+		}
+		res.Files = &f
 	}
 	res.Machine.LoadAfter = loadAvg()
 	res.Duration = time.Since(res.Started)
