@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,6 +51,9 @@ type Packer struct {
 
 	mu       sync.Mutex
 	inflight map[string]*flight
+	// indexes keeps each bundle's frame index once read: a bundle never changes under its
+	// name, and the app asks for an index on every transfer of it, to every runner.
+	indexes map[string][]protocol.BundleFrame
 }
 
 type flight struct {
@@ -215,6 +219,9 @@ func (p *Packer) Prune(maxBytes int64) error {
 		if err := os.Remove(p.bundlePath(f.Name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("bundle packer: %w", err)
 		}
+		p.mu.Lock()
+		delete(p.indexes, f.Name)
+		p.mu.Unlock()
 		total -= f.Size
 		removed = true
 	}
@@ -257,6 +264,12 @@ func (p *Packer) Index(name string) ([]protocol.BundleFrame, error) {
 	if !protocol.ValidHash(name) {
 		return nil, fmt.Errorf("bundle packer: %q is not a bundle name", protocol.PeerText(name, 80))
 	}
+	p.mu.Lock()
+	known, ok := p.indexes[name]
+	p.mu.Unlock()
+	if ok {
+		return slices.Clone(known), nil
+	}
 	f, err := os.Open(p.bundlePath(name))
 	if err != nil {
 		return nil, fmt.Errorf("bundle packer: %w", err)
@@ -270,5 +283,11 @@ func (p *Packer) Index(name string) ([]protocol.BundleFrame, error) {
 	for i, fr := range frames {
 		out[i] = protocol.BundleFrame{Size: fr.Size, SHA256: hex.EncodeToString(fr.Hash[:])}
 	}
-	return out, nil
+	p.mu.Lock()
+	if p.indexes == nil {
+		p.indexes = map[string][]protocol.BundleFrame{}
+	}
+	p.indexes[name] = out
+	p.mu.Unlock()
+	return slices.Clone(out), nil
 }

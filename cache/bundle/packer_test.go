@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -170,5 +171,31 @@ func TestPackerTooLarge(t *testing.T) {
 	var tl *bundle.TooLargeError
 	if !errors.As(err, &tl) {
 		t.Fatalf("Packer.Pack of 2 KiB with a 1 KiB limit: %v, want a TooLargeError", err)
+	}
+}
+
+// TestPackerIndexIsKeptUntilPruned: the frame index is read once per bundle and kept; a
+// caller's change to what it got does not reach the kept copy; Prune forgets the index of a
+// bundle it removes, so a removed bundle has no index.
+func TestPackerIndexIsKeptUntilPruned(t *testing.T) {
+	p := newPacker(t, bundle.PackOptions{})
+	root := t.TempDir()
+	writeTree(t, root, node{Path: "f", Data: strings.Repeat("x", 1000)})
+	r := packWith(t, p, root)
+	first, err := p.Index(r.Name)
+	if err != nil || len(first) == 0 {
+		t.Fatalf("Index = %v, %v", first, err)
+	}
+	want := slices.Clone(first)
+	first[0].Size = -1
+	again, err := p.Index(r.Name)
+	if err != nil || !slices.Equal(again, want) {
+		t.Fatalf("Index again = %v, %v; want %v (a caller's change reached the kept index)", again, err, want)
+	}
+	if err := p.Prune(0); err != nil {
+		t.Fatal(err)
+	}
+	if idx, err := p.Index(r.Name); err == nil {
+		t.Fatalf("Index of a pruned bundle = %v, want an error", idx)
 	}
 }
