@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/rte-project/rte/app"
@@ -47,14 +46,14 @@ func BuildBinaries(root, dir string, given Binaries) (Binaries, error) {
 	return b, nil
 }
 
-// appProc is `rte-app serve` as its own process, with a SQLite store in its directory.
+// appProc is `rte-app serve` as its own process, with a SQLite store in its directory: the
+// tests' process runner (testenv.LaunchRTE runs any binary with arguments), its log also in
+// app.log.
 type appProc struct {
-	cmd   *exec.Cmd
+	*testenv.RTE
 	URL   string
 	Token string
 	log   *os.File
-	done  chan struct{}
-	err   error
 }
 
 // startApp starts `rte-app serve` in dir, seeded with seed (a YAML file; none when empty),
@@ -67,7 +66,7 @@ func startApp(ctx context.Context, bin, dir, seed string) (*appProc, *cli.Client
 	if err != nil {
 		return nil, nil, err
 	}
-	p := &appProc{URL: fmt.Sprintf("http://127.0.0.1:%d", port), Token: settings.NewToken(), done: make(chan struct{})}
+	p := &appProc{URL: fmt.Sprintf("http://127.0.0.1:%d", port), Token: settings.NewToken()}
 	if p.log, err = os.Create(filepath.Join(dir, "app.log")); err != nil {
 		return nil, nil, err
 	}
@@ -82,15 +81,11 @@ func startApp(ctx context.Context, bin, dir, seed string) (*appProc, *cli.Client
 	if seed != "" {
 		env = append(env, "APP_SEED="+seed)
 	}
-	p.cmd = exec.Command(bin, "serve")
-	p.cmd.Dir, p.cmd.Env = dir, env
-	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
-	p.cmd.SysProcAttr = testenv.OwnGroupTiedToParent()
-	if err := p.cmd.Start(); err != nil {
+	if p.RTE, err = testenv.LaunchRTE(testenv.RTEConfig{Bin: bin, Args: []string{"serve"}, Dir: dir, Env: env,
+		Log: p.log, SysProcAttr: testenv.OwnGroupTiedToParent()}); err != nil {
 		p.log.Close()
 		return nil, nil, fmt.Errorf("start %s serve: %w", bin, err)
 	}
-	go func() { p.err = p.cmd.Wait(); close(p.done) }()
 	c, err := cli.NewClient(p.URL, p.Token)
 	if err != nil {
 		p.Stop()
@@ -98,7 +93,7 @@ func startApp(ctx context.Context, bin, dir, seed string) (*appProc, *cli.Client
 	}
 	up := testenv.Poll(time.Minute, func() bool {
 		select {
-		case <-p.done:
+		case <-p.Done():
 			return true
 		default:
 		}
@@ -106,34 +101,23 @@ func startApp(ctx context.Context, bin, dir, seed string) (*appProc, *cli.Client
 		return err == nil
 	})
 	select {
-	case <-p.done:
-		return nil, nil, fmt.Errorf("rte-app serve exited (%v); its log:\n%s", p.err, tailFile(p.log.Name()))
+	case <-p.Done():
+		err := fmt.Errorf("rte-app serve exited (%v); its log:\n%s", p.Err(), testenv.Tail(p.Log(), 20))
+		p.log.Close()
+		return nil, nil, err
 	default:
 	}
 	if !up {
 		p.Stop()
-		return nil, nil, fmt.Errorf("rte-app serve did not answer within a minute; its log:\n%s", tailFile(p.log.Name()))
+		return nil, nil, fmt.Errorf("rte-app serve did not answer within a minute; its log:\n%s", testenv.Tail(p.Log(), 20))
 	}
 	return p, c, nil
 }
 
-func (p *appProc) Pid() int { return p.cmd.Process.Pid }
-
-// Stop sends SIGTERM, waits up to 30 s, then kills.
+// Stop sends SIGTERM, waits up to 30 s, then kills, and closes app.log once nothing writes it.
 func (p *appProc) Stop() {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
+	_ = p.RTE.Stop(30 * time.Second)
 	p.log.Close()
-}
-
-func tailFile(path string) string {
-	b, _ := os.ReadFile(path)
-	return testenv.Tail(string(b), 20)
 }
 
 // Rig is the RTE path: `rte-app serve` (SQLite, synchronous=FULL) and one inbound rte process
@@ -229,7 +213,7 @@ func StartRig(ctx context.Context, cfg RigConfig) (*Rig, error) {
 	if !connected {
 		r.Stop()
 		return nil, fmt.Errorf("the app did not connect to the RTE within 2 minutes; the RTE's log:\n%s\nthe app's:\n%s",
-			testenv.Tail(rte.Log(), 20), tailFile(r.App.log.Name()))
+			testenv.Tail(rte.Log(), 20), testenv.Tail(r.App.Log(), 20))
 	}
 	return r, nil
 }

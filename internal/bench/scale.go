@@ -165,7 +165,7 @@ func scaleSockets(ctx context.Context, bin Binaries, work, self string, res *Sca
 		}
 		return res.Connected == res.Sockets
 	}) {
-		return fmt.Errorf("the app connected %d of %d fake RTEs within 5 minutes; its log:\n%s", res.Connected, res.Sockets, tailFile(a.log.Name()))
+		return fmt.Errorf("the app connected %d of %d fake RTEs within 5 minutes; its log:\n%s", res.Connected, res.Sockets, testenv.Tail(a.Log(), 20))
 	}
 	time.Sleep(settle)
 	res.AppSockRSS, err = RSS(a.Pid())
